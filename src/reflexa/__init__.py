@@ -1,0 +1,90 @@
+"""reflexa: self-correcting LLM agents that check each attempt against objective signals, turn a failure
+into a short structured lesson, and retry within a hard budget.
+
+    >>> from reflexa import refine, PytestCheck, Budget
+    >>> result = refine("Write is_prime(n: int) -> bool", [PytestCheck("test_solution.py")])
+    >>> result.stop_reason, result.best
+
+Names are loaded on first use, so `import reflexa` stays cheap (no pydantic, no llama.cpp).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # loops
+    "refine": "reflexa.loops.refine",
+    # core types
+    "Budget": "reflexa.types",
+    "ErrorCode": "reflexa.types",
+    "Lesson": "reflexa.types",
+    "Result": "reflexa.types",
+    "Role": "reflexa.types",
+    "Signal": "reflexa.types",
+    "Status": "reflexa.types",
+    "Step": "reflexa.types",
+    "StopReason": "reflexa.types",
+    "Usage": "reflexa.types",
+    "Verdict": "reflexa.types",
+    # models
+    "Completion": "reflexa.models.base",
+    "Model": "reflexa.models.base",
+    "ScriptedModel": "reflexa.models.scripted",
+    "resolve_model": "reflexa.models.spec",
+    # checks
+    "Check": "reflexa.evaluate.checks",
+    "CommandCheck": "reflexa.evaluate.checks",
+    "JsonSchemaCheck": "reflexa.evaluate.checks",
+    "LLMJudge": "reflexa.evaluate.checks",
+    "PytestCheck": "reflexa.evaluate.checks",
+    "PythonScriptCheck": "reflexa.evaluate.checks",
+    "RegexCheck": "reflexa.evaluate.checks",
+    "Limits": "reflexa.evaluate.sandbox",
+    "Sandbox": "reflexa.evaluate.sandbox",
+    # stores
+    "MemoryStore": "reflexa.trace.store",
+    "SQLiteStore": "reflexa.trace.sqlite",
+    # errors
+    "ConfigError": "reflexa.errors",
+    "ModelError": "reflexa.errors",
+    "ModelNotInstalled": "reflexa.errors",
+    "ModelUnavailable": "reflexa.errors",
+    "ReflexaError": "reflexa.errors",
+    "SandboxError": "reflexa.errors",
+    "StoreError": "reflexa.errors",
+}
+_ALIASES = {"resolve_model": "resolve"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'reflexa' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), _ALIASES.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return [*__all__, "__version__"]
+
+
+if TYPE_CHECKING:
+    from .errors import (ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError,
+                         SandboxError, StoreError)
+    from .evaluate.checks import (Check, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
+                                  PythonScriptCheck, RegexCheck)
+    from .evaluate.sandbox import Limits, Sandbox
+    from .loops.refine import refine
+    from .models.base import Completion, Model
+    from .models.scripted import ScriptedModel
+    from .models.spec import resolve as resolve_model
+    from .trace.sqlite import SQLiteStore
+    from .trace.store import MemoryStore
+    from .types import (Budget, ErrorCode, Lesson, Result, Role, Signal, Status, Step, StopReason, Usage,
+                        Verdict)

@@ -1,0 +1,63 @@
+"""Budget enforcement and per-role usage accounting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .types import Budget, Role, StopReason, Usage
+
+
+class Meter:
+    """Tracks what a run has spent against its Budget.
+
+    `check()` runs before each model call: it returns the StopReason of the first exhausted limit, or
+    None. `allowance()` caps the next call's max_tokens to what is left, so a run overshoots its token
+    limit by at most that call's input tokens.
+    """
+
+    def __init__(self, budget: Budget, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget
+        self.clock = clock
+        self.started = clock()
+        self.by_role: dict[str, Usage] = {}
+        self.reflections = 0
+
+    @property
+    def total(self) -> Usage:
+        total = Usage()
+        for usage in self.by_role.values():
+            total.add(usage)
+        return total
+
+    @property
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def record(self, role: Role | str, usage: Usage) -> None:
+        self.by_role.setdefault(str(role), Usage()).add(usage)
+
+    def check(self) -> StopReason | None:
+        b, total = self.budget, self.total
+        if b.max_seconds is not None and self.elapsed >= b.max_seconds:
+            return StopReason.TIMEOUT
+        if b.max_calls is not None and total.calls >= b.max_calls:
+            return StopReason.BUDGET_CALLS
+        if b.max_tokens is not None and total.total_tokens >= b.max_tokens:
+            return StopReason.BUDGET_TOKENS
+        return None
+
+    def allowance(self, max_tokens: int) -> int:
+        """The max_tokens to ask for: the caller's wish, cut to the tokens left in the budget."""
+        if self.budget.max_tokens is None:
+            return max_tokens
+        return max(1, min(max_tokens, self.budget.max_tokens - self.total.total_tokens))
+
+    def may_reflect(self) -> bool:
+        limit = self.budget.max_reflections
+        return limit is None or self.reflections < limit
+
+    def seconds_left(self) -> float | None:
+        if self.budget.max_seconds is None:
+            return None
+        return max(0.0, self.budget.max_seconds - self.elapsed)

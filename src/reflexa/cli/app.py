@@ -1,0 +1,205 @@
+"""The `reflexa` command line. Bad input gets one clear line, a hint and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import ConfigError, ReflexaError
+
+app = typer.Typer(
+    name="reflexa",
+    help="Self-correcting LLM agents: check each attempt against objective signals, learn from failures, "
+    "retry within a hard budget.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec: local, openai:MODEL, "
+                     "openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, scripted:FILE. Default: $REFLEXA_MODEL, "
+                     "reflexa.toml, then local.", show_default=False)]
+DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Trace store file. Default: $REFLEXA_DB, else the "
+                  "user data directory.", show_default=False)]
+
+
+@contextmanager
+def clean_errors() -> Iterator[None]:
+    """Turn reflexa's own errors into one line plus a hint, exit code 2."""
+    try:
+        yield
+    except ReflexaError as exc:
+        errors.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        if exc.hint:
+            errors.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def open_store(db: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
+    from ..trace.sqlite import SQLiteStore
+
+    return SQLiteStore(db)
+
+
+def read_task(task: str) -> str:
+    """--task is a file when such a file exists, else the task text itself."""
+    path = Path(task)
+    if len(task) < 4096 and "\n" not in task and path.suffix in (".md", ".txt") and not path.is_file():
+        raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
+    try:
+        return path.read_text() if path.is_file() else task
+    except OSError as exc:
+        raise ConfigError(f"cannot read task file {task}: {exc.strerror}") from None
+
+
+@app.command()
+def refine(
+    task: Annotated[str, typer.Option("--task", "-t", help="The task: a file (.md, .txt) or the text itself.")],
+    tests: Annotated[Optional[Path], typer.Option("--tests", help="A pytest file that imports the candidate "
+                     "from module `solution` (or from the --out file's module).", show_default=False)] = None,
+    check: Annotated[Optional[str], typer.Option("--check", help="A shell command run in a scratch copy of "
+                     "this directory with the candidate written to --out; exit 0 passes.", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the candidate goes for --check, "
+                   "and where the best candidate is written at the end.", show_default=False)] = None,
+    judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
+    model: ModelOpt = None,
+    max_iterations: Annotated[int, typer.Option(min=1, help="Attempts at most.")] = 3,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget.")] = None,
+    max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
+    explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds each check may run.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
+    with clean_errors():
+        from ..evaluate import CommandCheck, LLMJudge, Limits, PytestCheck, Sandbox
+        from ..loops.refine import refine as run_refine
+        from ..models.spec import resolve
+        from ..types import Budget, StopReason
+        from .render import LiveView, print_summary
+
+        if context not in ("latest", "full"):
+            raise ConfigError(f"--context must be latest or full, not {context!r}")
+        if out is not None and out.suffix == "" :
+            raise ConfigError(f"--out needs a file name with a suffix, got {out}")
+        text = read_task(task)
+        sandbox = Sandbox(Limits(timeout=timeout, cpu_seconds=max(1, int(timeout))))
+        checks: list = []
+        if tests is not None:
+            if not tests.is_file():
+                raise ConfigError(f"tests file not found: {tests}", hint="give a pytest file with --tests")
+            checks.append(PytestCheck(tests, module=out.stem if out else "solution", sandbox=sandbox))
+        if check is not None:
+            checks.append(CommandCheck(check, out=str(out or "solution.py"), workdir=Path.cwd(), sandbox=sandbox))
+        if judge:
+            checks.append(LLMJudge())
+        if not checks:
+            raise ConfigError("nothing to check the answer against", hint="give --tests FILE, --check CMD or --judge")
+        llm = resolve(model)
+        store = open_store(db)
+        view = None if as_json else LiveView(console, verbose=verbose)
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
+                        max_iterations=max_iterations)
+        try:
+            result = run_refine(text, checks, model=llm, budget=budget, context=context,  # type: ignore[arg-type]
+                                explain=explain, store=store, observer=view)
+        finally:
+            if view:
+                view.stop_spinner()
+        if out is not None and result.best is not None:
+            out.write_text(result.best if result.best.endswith("\n") else result.best + "\n")
+        if as_json:
+            print(json.dumps(result.to_dict(), default=str, indent=2))
+        else:
+            print_summary(console, result)
+            if out is not None and result.best is not None:
+                console.print(f"best candidate written to {out}")
+        if result.stop_reason is StopReason.ERROR:
+            if not as_json:
+                errors.print(f"[bold red]error:[/bold red] {result.error}", highlight=False)
+            raise typer.Exit(1)
+        if not result.passed:
+            raise typer.Exit(3)
+
+
+@app.command()
+def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20, db: DbOpt = None) -> None:
+    """List stored runs, newest first."""
+    with clean_errors():
+        from datetime import datetime
+
+        from rich.table import Table
+
+        table = Table("run", "loop", "started", "stop reason", "tokens", "task")
+        for record in open_store(db).runs(limit):
+            tokens = (record.result or {}).get("total_usage", {})
+            table.add_row(record.run_id[:12], record.loop,
+                          datetime.fromtimestamp(record.started_at).strftime("%Y-%m-%d %H:%M:%S"),
+                          record.stop_reason or record.status,
+                          str(tokens.get("input_tokens", 0) + tokens.get("output_tokens", 0)),
+                          record.task.strip().splitlines()[0][:60] if record.task.strip() else "")
+        console.print(table)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Print one run step by step."""
+    with clean_errors():
+        from .render import print_step, usage_table
+
+        store = open_store(db)
+        record = store.get_run(run_id)
+        if record is None:
+            raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")
+        steps = store.steps(record.run_id)
+        if as_json:
+            print(json.dumps({"run": record.__dict__ if not hasattr(record, "__slots__") else
+                              {k: getattr(record, k) for k in record.__slots__},
+                              "steps": [s.to_dict() for s in steps]}, default=str, indent=2))
+            return
+        console.print(f"[bold]run {record.run_id}[/bold] ({record.loop}, model {record.meta.get('model')})")
+        console.print(f"task: {record.task.strip()[:500]}")
+        for step in steps:
+            print_step(console, step, verbose=True)
+        if record.result:
+            console.print(usage_table(record.result["usage"]))
+        else:
+            console.print("[yellow]this run did not finish[/yellow]")
+
+
+@app.command()
+def models() -> None:
+    """Which model backends are usable here, and why not for the others."""
+    from rich.table import Table
+
+    from ..models.spec import availability
+
+    table = Table("backend", "usable", "detail")
+    for row in availability():
+        table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        errors.print("interrupted; the steps so far are in the trace store")
+        sys.exit(130)

@@ -1,0 +1,46 @@
+"""The exception tree. Model mistakes are data (signals); these are for program and setup faults.
+
+    ReflexaError
+    ├── ConfigError            bad flag, bad model spec, missing file
+    ├── ModelError             the model backend failed
+    │   ├── ModelNotInstalled  the backend's package or weights are missing
+    │   └── ModelUnavailable   the server could not be reached or kept failing
+    ├── StoreError             the trace store could not be read or written
+    └── SandboxError           the sandbox could not be set up (not: the code inside failed)
+
+Every error carries a one-line message and, where one exists, a `hint` saying what to do next.
+"""
+
+from __future__ import annotations
+
+
+class ReflexaError(Exception):
+    """Base of every error reflexa raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class ConfigError(ReflexaError):
+    """A flag, a model spec, a config file or an input file is wrong or missing."""
+
+
+class ModelError(ReflexaError):
+    """A model backend failed to answer."""
+
+
+class ModelNotInstalled(ModelError):
+    """The backend's Python package or its model weights are not installed."""
+
+
+class ModelUnavailable(ModelError):
+    """The model server could not be reached, or kept failing after retries."""
+
+
+class StoreError(ReflexaError):
+    """The trace store could not be opened, migrated, read or written."""
+
+
+class SandboxError(ReflexaError):
+    """The sandbox itself could not be set up. Failures of the code inside are signals, not errors."""

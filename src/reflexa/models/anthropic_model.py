@@ -1,0 +1,77 @@
+"""Anthropic's Messages API through the `anthropic` SDK (optional extra). A schema is sent as a forced
+tool call, whose input is the structured reply."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
+from ..structured import Message
+from .base import Generation, Model
+
+
+class AnthropicModel(Model):
+    """A Claude model. The SDK retries 429 and 5xx with backoff; every request has a timeout."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        http_client: Any = None,
+    ) -> None:
+        try:
+            import anthropic
+        except ImportError:
+            raise ModelNotInstalled(
+                "the anthropic package is not installed", hint="pip install 'reflexa[anthropic]'"
+            ) from None
+        if not model:
+            raise ConfigError("no model named", hint="use anthropic:MODEL, e.g. anthropic:claude-sonnet-4-5")
+        try:
+            self.client = anthropic.Anthropic(
+                api_key=api_key, timeout=timeout, max_retries=max_retries, http_client=http_client
+            )
+        except anthropic.AnthropicError as exc:
+            raise ConfigError(str(exc), hint="set ANTHROPIC_API_KEY") from None
+        self.model = model
+        self.name = f"anthropic:{model}"
+
+    def _generate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        import anthropic
+
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        turns = [{"role": m["role"], "content": m["content"]} for m in messages if m["role"] != "system"]
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": turns,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if system:
+            kwargs["system"] = system
+        if json_schema is not None:
+            kwargs["tools"] = [{"name": "reply", "description": "Give the reply.", "input_schema": json_schema}]
+            kwargs["tool_choice"] = {"type": "tool", "name": "reply"}
+        try:
+            out = self.client.messages.create(**kwargs)
+        except anthropic.APIConnectionError as exc:
+            raise ModelUnavailable(f"cannot reach Anthropic's API: {exc}") from None
+        except anthropic.AuthenticationError:
+            raise ModelError("Anthropic refused the API key", hint="check ANTHROPIC_API_KEY") from None
+        except anthropic.APIStatusError as exc:
+            raise ModelUnavailable(f"Anthropic answered HTTP {exc.status_code}: {exc.message}") from None
+        text = ""
+        for block in out.content:
+            if block.type == "tool_use":
+                text = json.dumps(block.input)
+                break
+            if block.type == "text":
+                text += block.text
+        finish = "length" if out.stop_reason == "max_tokens" else "stop"
+        return Generation(text, out.usage.input_tokens, out.usage.output_tokens, finish)

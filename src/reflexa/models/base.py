@@ -1,0 +1,85 @@
+"""The Model seam: one narrow interface every backend implements."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..structured import Message, Schema, json_schema_of, parse
+from ..types import Usage
+
+
+@dataclass(slots=True)
+class Completion:
+    """A model's reply. With a schema, `value` is the validated value, or None and `error` says why."""
+
+    text: str
+    value: Any = None
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str = "stop"
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What a backend returns before reflexa parses it."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str = "stop"
+
+
+class Model(ABC):
+    """A chat model. Subclasses implement `_generate`; parsing and validation live here, once."""
+
+    name: str = "model"
+
+    def complete(
+        self,
+        messages: list[Message],
+        *,
+        schema: Schema | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+    ) -> Completion:
+        """One model call. With `schema` (a pydantic model class or a JSON schema dict) the backend is
+        asked to follow it and the reply is validated; a reply that fails validation is returned with
+        `value=None` and an `error`, never raised."""
+        json_schema = json_schema_of(schema) if schema is not None else None
+        gen = self._generate(messages, json_schema, max_tokens, temperature)
+        usage = Usage(gen.input_tokens, gen.output_tokens, 1)
+        completion = Completion(gen.text, usage=usage, finish_reason=gen.finish_reason)
+        if schema is not None:
+            completion.value, completion.error = parse(gen.text, schema)
+            if completion.value is None and gen.finish_reason == "length":
+                completion.error = f"reply cut off at max_tokens={max_tokens} ({completion.error})"
+        return completion
+
+    async def acomplete(
+        self,
+        messages: list[Message],
+        *,
+        schema: Schema | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+    ) -> Completion:
+        """The async twin of `complete`; backends with a native async client may override it."""
+        return await asyncio.to_thread(
+            self.complete, messages, schema=schema, max_tokens=max_tokens, temperature=temperature
+        )
+
+    @abstractmethod
+    def _generate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        """Produce the raw reply. Raise ModelError subclasses for backend faults."""
+
+
+def schema_instruction(json_schema: dict[str, Any]) -> str:
+    """A system-prompt line asking for JSON that follows a schema, for backends that cannot enforce it."""
+    import json
+
+    return "Reply with one JSON object only, following this JSON schema:\n" + json.dumps(json_schema)

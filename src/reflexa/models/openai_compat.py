@@ -1,0 +1,146 @@
+"""OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp's server) through the `openai` SDK.
+
+Servers differ in how they accept a schema, so each has a capability profile. The SDK itself retries
+429 and 5xx answers with exponential backoff, and every request has a timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
+from ..structured import Message
+from .base import Generation, Model, schema_instruction
+
+SchemaMode = Literal["json_schema", "json_object", "tool", "prompt"]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """How one kind of server takes structured output."""
+
+    schema_mode: SchemaMode
+    """json_schema: response_format json_schema; json_object: json_object with a `schema` field (llama.cpp);
+    tool: a forced function call; prompt: ask in the prompt, then validate."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+PROFILES: dict[str, Profile] = {
+    "openai": Profile("json_schema"),
+    "vllm": Profile("json_schema"),
+    "ollama": Profile("json_schema"),
+    # llama.cpp's server rejects json_schema with HTTP 500 but honours json_object with a schema; its
+    # default repeat_penalty (1.1) differs from in-process llama.cpp (1.0), so pin it for parity.
+    "llamacpp": Profile("json_object", {"repeat_penalty": 1.0}),
+    "tool": Profile("tool"),
+    "prompt": Profile("prompt"),
+}
+
+# What each server answers as `owned_by` in GET /models: enough to pick a profile when none is given.
+_OWNERS = {"vllm": "vllm", "me": "llamacpp", "llamacpp": "llamacpp", "library": "ollama", "ollama": "ollama"}
+
+
+def parse_target(target: str) -> tuple[str | None, str, str | None]:
+    """Split `http://host:port/v1?profile=llamacpp#MODEL` (or a bare `MODEL`) into (base_url, model, profile)."""
+    if not target.startswith(("http://", "https://")):
+        return None, target, None
+    parts = urlsplit(target)
+    profile = parse_qs(parts.query).get("profile", [None])[0]
+    if profile is not None and profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}", hint=f"use one of: {', '.join(PROFILES)}")
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    return base, parts.fragment, profile
+
+
+class OpenAIModel(Model):
+    """A model behind the OpenAI chat-completions API."""
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        profile: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+    ) -> None:
+        try:
+            import openai
+        except ImportError:
+            raise ModelNotInstalled("the openai package is not installed", hint="pip install 'reflexa[openai]'") from None
+        if base_url is None and not model:
+            raise ConfigError("no model named", hint="use openai:MODEL or openai:http://HOST:PORT/v1#MODEL")
+        # A local server needs no key, but the SDK insists on one.
+        key = api_key or ("not-needed" if base_url else None)
+        try:
+            self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
+        except openai.OpenAIError as exc:
+            raise ConfigError(str(exc), hint="set OPENAI_API_KEY, or give a server URL") from None
+        self.base_url = str(self.client.base_url)
+        self.model = model
+        self._profile = PROFILES[profile] if profile else (PROFILES["openai"] if base_url is None else None)
+        self.name = f"openai:{model or self.base_url}"
+
+    @property
+    def profile(self) -> Profile:
+        if self._profile is None:
+            self._profile = PROFILES[self._detect()]
+        return self._profile
+
+    def _detect(self) -> str:
+        """Ask the server what it is; fall back to prompt-then-validate, which every server supports."""
+        models = self._request(lambda: list(self.client.models.list()))
+        if not self.model and models:
+            self.model = models[0].id
+        owner = next((m.owned_by for m in models if m.id == self.model), models[0].owned_by if models else "")
+        return _OWNERS.get(str(owner).lower(), "prompt")
+
+    def _request(self, send: Any) -> Any:
+        import openai
+
+        try:
+            return send()
+        except openai.APIConnectionError as exc:  # includes timeouts
+            raise ModelUnavailable(
+                f"cannot reach the model server at {self.base_url}: {exc}", hint="is the server running?"
+            ) from None
+        except openai.AuthenticationError:
+            raise ModelError("the server refused the API key", hint="check OPENAI_API_KEY") from None
+        except openai.NotFoundError:
+            raise ModelError(f"model {self.model!r} not found at {self.base_url}", hint="check the model name") from None
+        except openai.APIStatusError as exc:
+            raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}") from None
+
+    def _generate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        profile = self.profile  # may fill self.model from the server's list
+        kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": temperature}
+        if profile.extra_body:
+            kwargs["extra_body"] = profile.extra_body
+        if json_schema is not None:
+            mode = profile.schema_mode
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "reply", "schema": json_schema},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
+            elif mode == "tool":
+                kwargs["tools"] = [{"type": "function", "function": {"name": "reply", "parameters": json_schema}}]
+                kwargs["tool_choice"] = {"type": "function", "function": {"name": "reply"}}
+            if mode in ("prompt", "json_object"):
+                # The schema also goes into the prompt, so the model knows the field names.
+                messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
+        out = self._request(lambda: self.client.chat.completions.create(messages=messages, **kwargs))
+        choice = out.choices[0]
+        text = choice.message.content or ""
+        if choice.message.tool_calls:
+            text = choice.message.tool_calls[0].function.arguments
+        usage = out.usage
+        finish = "length" if choice.finish_reason == "length" else "stop"
+        return Generation(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0, finish)

@@ -1,0 +1,77 @@
+"""ScriptedModel: a queue of replies for tests and docs. It records every prompt it gets."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ModelError
+from ..structured import Message
+from .base import Generation, Model
+
+Reply = str | dict[str, Any] | list[Any] | Exception
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token: close enough for budgets in tests."""
+    return max(1, (len(text) + 3) // 4)
+
+
+class ScriptedModel(Model):
+    """Replays queued replies in order.
+
+    A reply is a string (sent as is), a dict or list (sent as JSON) or an exception (raised, to inject
+    backend faults). A reply longer than the call's max_tokens is cut and finishes with "length", as a
+    real model would. When the queue is empty, `default` is used; without one, the call is a ModelError.
+    """
+
+    name = "scripted"
+
+    def __init__(self, replies: Iterable[Reply] = (), *, default: Reply | None = None) -> None:
+        self.queue: deque[Reply] = deque(replies)
+        self.default = default
+        self.prompts: list[list[Message]] = []
+        self.schemas: list[dict[str, Any] | None] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedModel:
+        try:
+            replies = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"scripted replies file not found: {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"scripted replies file is not JSON: {path}: {exc}") from None
+        if not isinstance(replies, list):
+            raise ConfigError(f"scripted replies file must hold a JSON list: {path}")
+        return cls(replies)
+
+    def enqueue(self, *replies: Reply) -> ScriptedModel:
+        self.queue.extend(replies)
+        return self
+
+    @property
+    def calls(self) -> int:
+        return len(self.prompts)
+
+    def _generate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        self.prompts.append([dict(m) for m in messages])
+        self.schemas.append(json_schema)
+        if self.queue:
+            reply = self.queue.popleft()
+        elif self.default is not None:
+            reply = self.default
+        else:
+            raise ModelError("the scripted model has no replies left")
+        if isinstance(reply, Exception):
+            raise reply
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        finish = "stop"
+        if estimate_tokens(text) > max_tokens:
+            text, finish = text[: max_tokens * 4], "length"
+        prompt = "".join(m.get("content", "") for m in messages)
+        return Generation(text, estimate_tokens(prompt), estimate_tokens(text), finish)

@@ -1,0 +1,109 @@
+"""Structured output: tolerant JSON extraction, validation, and one re-ask on failure.
+
+A reply that still does not validate after the re-ask is not an exception: the caller turns it into
+a SCHEMA signal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+Schema = type[BaseModel] | dict[str, Any]
+Message = dict[str, str]
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+def json_schema_of(schema: Schema) -> dict[str, Any]:
+    """The JSON schema for a pydantic model class, or the dict itself."""
+    if isinstance(schema, dict):
+        return schema
+    return schema.model_json_schema()
+
+
+def _objects(text: str) -> list[str]:
+    """Every balanced top-level {...} span in text, in order. Braces inside strings are respected."""
+    spans, depth, start, in_string, escaped = [], 0, -1, False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"' and depth > 0:
+            in_string = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    return spans
+
+
+def extract_json(text: str) -> Any:
+    """Find the JSON value in a model reply: the whole text, a fenced block, or the last JSON object.
+
+    Raises ValueError when there is none.
+    """
+    stripped = text.strip()
+    candidates = [stripped, *reversed(_FENCE.findall(text)), *reversed(_objects(text))]
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except (json.JSONDecodeError, TypeError):
+            continue
+    raise ValueError("no JSON object found in the reply" if "{" not in text else "the reply's JSON does not parse")
+
+
+def parse(text: str, schema: Schema) -> tuple[Any, str | None]:
+    """(value, None) when text holds a valid value for schema, else (None, a one-line reason)."""
+    try:
+        data = extract_json(text)
+    except ValueError as exc:
+        return None, str(exc)
+    if isinstance(schema, dict):
+        import jsonschema  # deferred: only dict schemas need it
+
+        try:
+            jsonschema.validate(data, schema)
+        except jsonschema.ValidationError as exc:
+            return None, f"schema violation: {exc.message}"
+        return data, None
+    try:
+        return schema.model_validate(data), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "reply"
+        return None, f"schema violation at {where}: {first['msg']}"
+
+
+def reask_messages(messages: list[Message], reply: str, error: str) -> list[Message]:
+    """The conversation for the single re-ask: the bad reply and what was wrong with it."""
+    return [
+        *messages,
+        {"role": "assistant", "content": reply[:2000]},
+        {"role": "user", "content": f"That reply was invalid ({error}). Answer again with only the JSON object."},
+    ]
+
+
+def ask(call: Callable[[list[Message]], Any], messages: list[Message]) -> Any:
+    """Call once; if the reply's value is missing, re-ask once with the validation error.
+
+    `call` returns a Completion (value, error, text). Returns the last Completion, or None when the
+    caller's budget refused the re-ask (call returned None).
+    """
+    completion = call(messages)
+    if completion is None or completion.value is not None:
+        return completion
+    retry = call(reask_messages(messages, completion.text, completion.error or "invalid"))
+    return retry if retry is not None else completion

@@ -1,0 +1,6 @@
+"""The trace: every run and step, in a store."""
+
+from .sqlite import SQLiteStore, default_path
+from .store import MemoryStore, RunRecord, Store
+
+__all__ = ["MemoryStore", "RunRecord", "SQLiteStore", "Store", "default_path"]

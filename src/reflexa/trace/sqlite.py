@@ -1,0 +1,131 @@
+"""The default store: one SQLite file in WAL mode.
+
+Durability: WAL with synchronous=NORMAL. Each step is its own committed transaction, so a killed
+process (the failure a resumable run must survive) loses nothing that was committed; only a power
+cut or OS crash can lose the last few commits. FULL would add an fsync per step (FACTS.md: 140-200 µs
+a commit) to guard against that too, which the trace does not need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+from ..types import Step
+from .store import RunRecord, step_from_row, to_json
+
+BUSY_TIMEOUT_MS = 5000
+"""How long a writer waits for another process's lock before failing."""
+
+
+MIGRATIONS: list[str] = [
+    # 1: runs and their steps
+    """
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY, loop TEXT NOT NULL, task TEXT NOT NULL,
+        status TEXT NOT NULL, stop_reason TEXT, started_at REAL NOT NULL, ended_at REAL,
+        meta TEXT NOT NULL DEFAULT '{}', result TEXT
+    );
+    CREATE INDEX runs_started ON runs(started_at);
+    CREATE TABLE steps (
+        run_id TEXT NOT NULL REFERENCES runs(run_id), step_id INTEGER NOT NULL,
+        kind TEXT NOT NULL, role TEXT, input TEXT NOT NULL, output TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, calls INTEGER NOT NULL,
+        started_at REAL NOT NULL, ended_at REAL NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    );
+    """,
+]
+"""Append-only: a schema change is a new script at the end, never an edit to an old one. Each runs in
+one transaction together with its version bump, so a crash leaves the schema at a whole version."""
+
+
+def default_path() -> Path:
+    """$REFLEXA_DB, else trace.db in the user's data directory."""
+    if env := os.environ.get("REFLEXA_DB"):
+        return Path(env)
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("reflexa")) / "trace.db"
+
+
+class SQLiteStore:
+    """Runs and steps in SQLite; safe for several processes at once (WAL plus a busy timeout)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: autocommit, so each step is committed the moment it is written.
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the trace store at {self.path}: {exc}",
+                             hint="pass --db PATH or set REFLEXA_DB to a writable file") from None
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            try:
+                self.db.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
+            except sqlite3.Error:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        try:
+            self.db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise StoreError(f"trace store write failed: {exc}") from None
+
+    def start_run(self, record: RunRecord) -> None:
+        self._write(
+            "INSERT INTO runs (run_id, loop, task, status, started_at, meta) VALUES (?, ?, ?, ?, ?, ?)",
+            (record.run_id, record.loop, record.task, record.status, record.started_at, to_json(record.meta)),
+        )
+
+    def add_step(self, step: Step) -> None:
+        self._write(
+            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (step.run_id, step.step_id, step.kind, step.role, to_json(step.input), to_json(step.output),
+             step.usage.input_tokens, step.usage.output_tokens, step.usage.calls, step.started_at, step.ended_at),
+        )
+
+    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any]) -> None:
+        self._write(
+            "UPDATE runs SET status='finished', stop_reason=?, ended_at=?, result=? WHERE run_id=?",
+            (stop_reason, ended_at, to_json(result), run_id),
+        )
+
+    @staticmethod
+    def _record(row: sqlite3.Row) -> RunRecord:
+        return RunRecord(
+            run_id=row["run_id"], loop=row["loop"], task=row["task"], status=row["status"],
+            stop_reason=row["stop_reason"], started_at=row["started_at"], ended_at=row["ended_at"],
+            meta=json.loads(row["meta"]), result=json.loads(row["result"]) if row["result"] else None,
+        )
+
+    def runs(self, limit: int = 20) -> list[RunRecord]:
+        rows = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,))
+        return [self._record(r) for r in rows]
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """A run by its id or by a unique prefix of it."""
+        rows = self.db.execute("SELECT * FROM runs WHERE run_id LIKE ? LIMIT 2", (run_id + "%",)).fetchall()
+        return self._record(rows[0]) if len(rows) == 1 else None
+
+    def steps(self, run_id: str) -> list[Step]:
+        rows = self.db.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))
+        return [step_from_row(dict(r)) for r in rows]
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,222 @@
+"""Core data types shared by every layer. Plain dataclasses: cheap to import, easy to serialise."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """An evaluation's outcome. FAIL means wrong direction (restart); NEEDS_IMPROVEMENT means revise."""
+
+    PASS = "PASS"
+    NEEDS_IMPROVEMENT = "NEEDS_IMPROVEMENT"
+    FAIL = "FAIL"
+
+
+class StopReason(StrEnum):
+    """Why a run ended. Every loop returns one; none raises for a spent budget."""
+
+    PASSED = "PASSED"
+    MAX_ITERATIONS = "MAX_ITERATIONS"
+    BUDGET_TOKENS = "BUDGET_TOKENS"
+    BUDGET_CALLS = "BUDGET_CALLS"
+    TIMEOUT = "TIMEOUT"
+    NO_PROGRESS = "NO_PROGRESS"
+    UNRECOVERABLE = "UNRECOVERABLE"
+    ERROR = "ERROR"
+
+
+class Role(StrEnum):
+    """Who spent the tokens. Usage is kept per role."""
+
+    GENERATOR = "generator"
+    EVALUATOR = "evaluator"
+    REFLECTOR = "reflector"
+    SEARCH = "search"
+
+
+class ErrorCode(StrEnum):
+    """The closed set of failure codes a signal can carry."""
+
+    TIMEOUT = "TIMEOUT"
+    SCHEMA = "SCHEMA"
+    EMPTY = "EMPTY"
+    TOOL_ERROR = "TOOL_ERROR"
+    TEST_FAILED = "TEST_FAILED"
+    TOO_LONG = "TOO_LONG"
+    UNCITED = "UNCITED"
+    NO_MATCH = "NO_MATCH"
+    COMMAND_FAILED = "COMMAND_FAILED"
+    RESOURCE_LIMIT = "RESOURCE_LIMIT"
+    JUDGED_FAIL = "JUDGED_FAIL"
+
+
+_NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    """Lower-case, numbers and addresses folded to N, whitespace collapsed: for comparing failures."""
+    return _SPACE.sub(" ", _NUMBER.sub("N", text.lower())).strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """One objective observation about a candidate.
+
+    `score` is the fraction of sub-checks that held (1.0 for a pass, 0.0 when nothing held), so a
+    verdict can tell "almost there" (revise) from "wrong direction" (restart). `subjective` marks a
+    signal from an LLM judge rather than from the world.
+    """
+
+    source: str
+    ok: bool
+    code: ErrorCode | None = None
+    message: str = ""
+    evidence: str = ""
+    score: float | None = None
+    subjective: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of a failure, blind to numbers and spacing: the same bug twice has one fingerprint."""
+        return f"{self.source}|{self.code}|{normalise(self.message)[:200]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of evaluating one candidate: status, the signals behind it, and feedback."""
+
+    status: Status
+    signals: tuple[Signal, ...] = ()
+    feedback: str = ""
+    subjective: bool = False
+
+    @property
+    def failing(self) -> tuple[Signal, ...]:
+        return tuple(s for s in self.signals if not s.ok)
+
+    @property
+    def score(self) -> float:
+        """Mean signal score; used to rank candidates for best-so-far."""
+        scores = [s.score if s.score is not None else float(s.ok) for s in self.signals]
+        if not scores:
+            return 1.0 if self.status is Status.PASS else 0.0
+        return sum(scores) / len(scores)
+
+
+LESSON_FIELD_CHARS = 300
+"""Each lesson field is cut to this many characters, whatever the model wrote."""
+
+
+def cap(text: str, limit: int) -> str:
+    """Cut text to `limit` characters, marking the cut."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Lesson:
+    """A short structured lesson from one failure. Fields are length-capped in code."""
+
+    failure_cause: str
+    evidence: str
+    next_action: str
+
+    def __post_init__(self) -> None:
+        for name in ("failure_cause", "evidence", "next_action"):
+            object.__setattr__(self, name, cap(getattr(self, name), LESSON_FIELD_CHARS))
+
+    def render(self) -> str:
+        return f"- Cause: {self.failure_cause}\n  Evidence: {self.evidence}\n  Next: {self.next_action}"
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens and calls spent, for one role or in total."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.calls += other.calls
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Hard limits for one run. `None` means unlimited. A limit is checked before each model call."""
+
+    max_tokens: int | None = None
+    """Input plus output tokens over all roles. Overshoot is at most one call's input tokens."""
+    max_calls: int | None = None
+    """Model calls over all roles, re-asks included."""
+    max_seconds: float | None = None
+    """Wall-clock seconds from the start of the run."""
+    max_iterations: int = 3
+    """Attempts the loop may make."""
+    max_reflections: int | None = None
+    """Calls that turn a failure into a lesson; past it the loop retries with raw signals only."""
+
+
+@dataclass(slots=True)
+class Step:
+    """One row of the trace: a model call, a check, a verdict, a lesson or a flag."""
+
+    run_id: str
+    step_id: int
+    kind: str
+    role: str | None = None
+    input: Any = None
+    output: Any = None
+    usage: Usage = field(default_factory=Usage)
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Result:
+    """What a loop returns.
+
+    `output` is the last candidate; `best` the highest-scoring one (the passing one when a run passed);
+    `verdict` belongs to `best`. `error` explains a StopReason.ERROR or UNRECOVERABLE.
+    """
+
+    output: str | None
+    best: str | None
+    verdict: Verdict | None
+    stop_reason: StopReason
+    usage: dict[str, Usage]
+    run_id: str
+    steps: int = 0
+    iterations: int = 0
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.stop_reason is StopReason.PASSED
+
+    @property
+    def total_usage(self) -> Usage:
+        total = Usage()
+        for usage in self.usage.values():
+            total.add(usage)
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["usage"] = {role: asdict(u) | {"total_tokens": u.total_tokens} for role, u in self.usage.items()}
+        data["total_usage"] = asdict(self.total_usage)
+        return data

@@ -1,0 +1,37 @@
+import subprocess
+import sys
+
+import reflexa
+
+PUBLIC = [
+    "Budget", "Check", "CommandCheck", "Completion", "ConfigError", "ErrorCode", "JsonSchemaCheck", "LLMJudge",
+    "Lesson", "Limits", "MemoryStore", "Model", "ModelError", "ModelNotInstalled", "ModelUnavailable",
+    "PytestCheck", "PythonScriptCheck", "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore",
+    "Sandbox", "SandboxError", "ScriptedModel", "Signal", "Status", "Step", "StopReason", "StoreError",
+    "Usage", "Verdict", "refine", "resolve_model",
+]
+
+
+def test_public_api_is_pinned():
+    assert sorted(reflexa.__all__) == sorted(PUBLIC)
+
+
+def test_every_public_name_resolves():
+    for name in reflexa.__all__:
+        assert getattr(reflexa, name) is not None, name
+
+
+def test_unknown_name_is_an_attribute_error():
+    try:
+        reflexa.nope  # noqa: B018
+    except AttributeError as exc:
+        assert "nope" in str(exc)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+def test_import_is_light():
+    # `import reflexa` must not pull in pydantic, llama.cpp or the CLI stack.
+    code = "import sys, reflexa; print(','.join(m for m in ('pydantic', 'llama_cpp', 'typer', 'rich') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,66 @@
+import pytest
+from pydantic import BaseModel
+
+from reflexa.models.base import Completion
+from reflexa.structured import ask, extract_json, parse
+
+
+class Reply(BaseModel):
+    status: str
+    score: int
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"status": "ok", "score": 1}',
+        'Sure! Here it is:\n```json\n{"status": "ok", "score": 1}\n```\nAnything else?',
+        'First {"status": "draft", "score": 0} then the final {"status": "ok", "score": 1}',
+        'prose with a brace } before {"status": "ok", "score": 1} after',
+        '{"status": "ok {nested}", "score": 1}',
+    ],
+)
+def test_extracts_json_from_messy_replies(text):
+    assert extract_json(text)["status"].startswith("ok")
+
+
+@pytest.mark.parametrize("text", ["", "no json here", '{"status": "ok", "score": ', "{not json}"])
+def test_no_json_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        extract_json(text)
+
+
+def test_parse_reports_schema_violations():
+    value, error = parse('{"status": "ok", "score": "high"}', Reply)
+    assert value is None and "score" in error
+
+
+def test_parse_validates_dict_schemas():
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+    assert parse('{"a": 1}', schema) == ({"a": 1}, None)
+    value, error = parse('{"a": "x"}', schema)
+    assert value is None and "schema violation" in error
+
+
+def test_ask_reasks_once_with_the_error():
+    replies = iter([Completion("garbage", error="no JSON"), Completion('{"x": 1}', value={"x": 1})])
+    seen = []
+
+    def call(messages):
+        seen.append(messages)
+        return next(replies)
+
+    result = ask(call, [{"role": "user", "content": "go"}])
+    assert result.value == {"x": 1}
+    assert len(seen) == 2 and "no JSON" in seen[1][-1]["content"]
+
+
+def test_ask_gives_up_after_one_reask():
+    calls = []
+
+    def call(messages):
+        calls.append(messages)
+        return Completion("still bad", error="no JSON")
+
+    result = ask(call, [{"role": "user", "content": "go"}])
+    assert result.value is None and len(calls) == 2
