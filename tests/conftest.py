@@ -16,14 +16,17 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
         monkeypatch.delenv(name, raising=False)
 
 
-def embedded_model_available() -> bool:
+@pytest.fixture(scope="session")
+def embedded():
+    """The embedded SmolLM2 model. Missing, it skips the test, except under CI, where it fails it."""
+    import os
+
+    from reflexa.errors import ModelNotInstalled
+    from reflexa.models.local import LocalModel
+
     try:
-        from reflexa.models.local import LocalModel
-
-        LocalModel()
-    except Exception:
-        return False
-    return True
-
-
-requires_model = pytest.mark.skipif(not embedded_model_available(), reason="embedded model not installed")
+        return LocalModel()
+    except ModelNotInstalled as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have the embedded model: {exc} ({exc.hint})")
+        pytest.skip(f"embedded model not installed: {exc.hint}")

@@ -46,6 +46,7 @@ _SETUP = r"""
 set -e
 mount --make-rprivate /
 mount --bind "$1" "$1"
+cd "$1"  # re-enter through the new writable mount
 for m in $(awk '{print $5}' /proc/self/mountinfo | sort -ru); do
   [ "$m" = "$1" ] && continue
   mount -o remount,bind,ro "$m" 2>/dev/null || true

@@ -1,5 +1,6 @@
 """Anthropic's Messages API through the `anthropic` SDK (optional extra). A schema is sent as a forced
-tool call, whose input is the structured reply."""
+tool call, whose input is the structured reply. The SDK's transport is `httpx2`; tests replay recorded
+responses through an `httpx2.MockTransport`."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class AnthropicModel(Model):
                 "the anthropic package is not installed", hint="pip install 'reflexa[anthropic]'"
             ) from None
         if not model:
-            raise ConfigError("no model named", hint="use anthropic:MODEL, e.g. anthropic:claude-sonnet-4-5")
+            raise ConfigError("no model named", hint="use anthropic:MODEL, e.g. anthropic:claude-sonnet-4-6")
         try:
             self.client = anthropic.Anthropic(
                 api_key=api_key, timeout=timeout, max_retries=max_retries, http_client=http_client
@@ -51,8 +52,8 @@ class AnthropicModel(Model):
             "model": self.model,
             "messages": turns,
             "max_tokens": max_tokens,
-            "temperature": temperature,
         }
+        # `temperature` is not sent: current SDKs (2.x) no longer accept it; the API samples itself.
         if system:
             kwargs["system"] = system
         if json_schema is not None:

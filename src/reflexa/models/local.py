@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import threading
@@ -45,7 +46,17 @@ def load_llama(path: Path, n_ctx: int) -> Any:
             _loaded[key] = Llama(
                 model_path=str(path), n_ctx=n_ctx, n_threads=os.cpu_count() or 2, seed=0, verbose=False
             )
+            if len(_loaded) == 1:
+                atexit.register(_close_all)
         return _loaded[key]
+
+
+def _close_all() -> None:
+    # Free the models while the interpreter is whole: llama.cpp's own finaliser, run at shutdown,
+    # prints a TypeError once module globals are gone.
+    for llama in _loaded.values():
+        llama.close()
+    _loaded.clear()
 
 
 class LocalModel(Model):

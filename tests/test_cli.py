@@ -1,0 +1,132 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from reflexa.cli.app import app
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
+WRONG = "Plan: guess\n```python\ndef is_prime(n):\n    return n > 1\n```"
+RIGHT = ("Plan: trial division\n```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
+         "    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n```")
+LESSON = {"failure_cause": "composites are called prime", "next_action": "try divisors up to sqrt(n)"}
+
+runner = CliRunner()
+
+
+def replies(tmp_path: Path, *items) -> str:
+    path = tmp_path / "replies.json"
+    path.write_text(json.dumps(list(items)))
+    return f"scripted:{path}"
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_refine_with_tests_shows_attempts_and_stores_the_run(tmp_path):
+    spec = replies(tmp_path, WRONG, LESSON, RIGHT)
+    result = invoke("refine", "--task", str(EXAMPLE / "task.md"), "--tests", str(EXAMPLE / "test_solution.py"),
+                    "--model", spec)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "attempt 1" in out and "NEEDS_IMPROVEMENT" in out and "try divisors" in out
+    assert "attempt 2" in out and "PASS" in out and "stop: PASSED" in out
+    assert "generator" in out and "evaluator" in out
+    listing = invoke("runs")
+    assert "refine" in listing.output and "PASSED" in listing.output
+
+
+def test_refine_json_output_and_show(tmp_path):
+    spec = replies(tmp_path, RIGHT)
+    result = invoke("refine", "--task", "Write is_prime(n: int) -> bool", "--tests",
+                    str(EXAMPLE / "test_solution.py"), "--model", spec, "--json")
+    data = json.loads(result.output)
+    assert data["stop_reason"] == "PASSED" and "is_prime" in data["best"]
+    assert set(data) >= {"output", "best", "verdict", "stop_reason", "usage", "run_id"}
+    shown = invoke("show", data["run_id"][:8])
+    assert shown.exit_code == 0 and "attempt 1" in shown.output and "PASS" in shown.output
+    as_json = json.loads(invoke("show", data["run_id"], "--json").output)
+    assert [s["kind"] for s in as_json["steps"]][-1] == "stop"
+
+
+def test_refine_with_check_command_writes_out(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_solution.py").write_text((EXAMPLE / "test_solution.py").read_text())
+    spec = replies(tmp_path, RIGHT)
+    result = invoke("refine", "--task", "Write is_prime(n: int) -> bool", "--check",
+                    f"{sys.executable} -m pytest -q -p no:cacheprovider", "--out", "solution.py", "--model", spec)
+    assert result.exit_code == 0, result.output
+    assert "def is_prime" in (tmp_path / "solution.py").read_text()
+
+
+def test_unsolved_run_exits_3_with_its_stop_reason(tmp_path):
+    spec = replies(tmp_path, WRONG, LESSON, WRONG)
+    result = invoke("refine", "--task", "t", "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec)
+    assert result.exit_code == 3 and "NO_PROGRESS" in result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--task", "missing.md", "--tests", "x.py"], "task file not found"),
+        (["--task", "t", "--tests", "nope.py"], "tests file not found"),
+        (["--task", "t"], "nothing to check"),
+        (["--task", "t", "--judge", "--model", "bogus:thing"], "unknown model spec"),
+        (["--task", "t", "--judge", "--model", "local:/no/such/model.gguf"], "model file not found"),
+        (["--task", "t", "--judge", "--model", "scripted:/no/such.json"], "not found"),
+        (["--task", "t", "--judge", "--context", "weird"], "--context must be"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["refine", *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_model_not_installed_gives_the_install_hint(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    result = runner.invoke(app, ["refine", "--task", "t", "--judge", "--model", "local"])
+    assert result.exit_code == 2 and "not installed" in result.output and "pip install" in result.output
+
+
+def test_unreachable_server_is_one_line_and_exit_1():
+    # Port 9 on loopback: nothing listens there.
+    result = runner.invoke(app, ["refine", "--task", "t", "--judge", "--model", "openai:http://127.0.0.1:9/v1#m",
+                                 "--max-seconds", "30"])
+    assert result.exit_code == 1
+    assert "cannot reach the model server" in result.output and "Traceback" not in result.output
+
+
+def test_show_unknown_run():
+    result = runner.invoke(app, ["show", "nope"])
+    assert result.exit_code == 2 and "no single run" in result.output
+
+
+def test_models_lists_every_backend():
+    result = invoke("models")
+    for backend in ("local", "openai", "anthropic", "scripted"):
+        assert backend in result.output
+
+
+def test_bad_flag_is_a_usage_error_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "reflexa.cli", "refine", "--bogus"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "No such option" in proc.stderr
+
+
+def test_config_file_and_environment_choose_the_model(tmp_path, monkeypatch):
+    from reflexa.models.spec import configured_spec
+
+    monkeypatch.chdir(tmp_path)
+    assert configured_spec() == "local"
+    (tmp_path / "reflexa.toml").write_text('model = "openai:gpt-4o-mini"\n')
+    assert configured_spec() == "openai:gpt-4o-mini"
+    monkeypatch.setenv("REFLEXA_MODEL", "scripted:x.json")
+    assert configured_spec() == "scripted:x.json"

@@ -1,0 +1,44 @@
+"""Smoke suite on the real embedded model: things work; no accuracy threshold."""
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from reflexa import Budget, PytestCheck, SQLiteStore, StopReason, refine
+from reflexa.models.local import load_llama
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
+
+
+class Verdict(BaseModel):
+    status: str
+    confidence: int
+
+
+def test_model_loads_once_per_process(embedded):
+    assert embedded.llama is embedded.llama
+    assert load_llama(embedded.path or __import__("reflexa.models.local").models.local.default_weights(),
+                      embedded.n_ctx) is embedded.llama
+
+
+def test_plain_completion_reports_usage(embedded):
+    completion = embedded.complete([{"role": "user", "content": "Say hello."}], max_tokens=16)
+    assert completion.text.strip()
+    assert completion.usage.input_tokens > 0 and 0 < completion.usage.output_tokens <= 16
+    assert completion.finish_reason in ("stop", "length")
+
+
+def test_structured_reply_validates_against_the_schema(embedded):
+    completion = embedded.complete(
+        [{"role": "user", "content": "Is 7 prime? Reply with a status and a confidence from 0 to 10."}],
+        schema=Verdict, max_tokens=64)
+    assert isinstance(completion.value, Verdict), completion.error
+
+
+def test_whole_refine_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
+    store = SQLiteStore(tmp_path / "t.db")
+    result = refine((EXAMPLE / "task.md").read_text(), [PytestCheck(EXAMPLE / "test_solution.py")],
+                    model=embedded, store=store, budget=Budget(max_iterations=2), max_tokens=256)
+    assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
+    assert result.usage["generator"].calls >= 1
+    assert store.get_run(result.run_id).stop_reason == result.stop_reason

@@ -1,0 +1,112 @@
+"""Each hostile program is contained, reported within timeout + 1 s, and leaves no process behind."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reflexa.evaluate.checks import PythonScriptCheck, CheckContext
+from reflexa.evaluate.sandbox import Limits, Sandbox
+from reflexa.types import ErrorCode
+
+TIMEOUT = 2.0
+SANDBOX = Sandbox(Limits(timeout=TIMEOUT, cpu_seconds=5))
+MARKER = "reflexa-sandbox-test-marker"
+
+
+def run(code: str):
+    started = time.monotonic()
+    result = SANDBOX.run([sys.executable, "-I", "-c", code])
+    assert time.monotonic() - started <= TIMEOUT + 1.0
+    return result
+
+
+def leftover_processes() -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                if MARKER.encode() in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+            except OSError:
+                continue
+    return found
+
+
+def test_isolation_is_reported():
+    assert "rlimits" in SANDBOX.isolation and "scrubbed-env" in SANDBOX.isolation
+
+
+def test_infinite_loop_is_killed():
+    result = run(f"# {MARKER}\nwhile True: pass")
+    assert result.timed_out and result.returncode is None
+    assert leftover_processes() == []
+
+
+def test_huge_allocation_fails_inside():
+    result = run("x = bytearray(4 * 1024 ** 3)")
+    assert not result.ok and "MemoryError" in result.stderr
+
+
+def test_fork_bomb_is_contained():
+    code = f"# {MARKER}\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    result = run(code)
+    assert not result.ok
+    time.sleep(0.2)
+    assert leftover_processes() == []
+
+
+def test_writes_outside_the_scratch_dir_are_refused(tmp_path, monkeypatch):
+    if "read-only-fs" not in SANDBOX.isolation:
+        pytest.skip("no mount namespace on this machine")
+    home = Path(os.environ["HOME"])
+    target_cwd = Path.cwd() / "sandbox-escape.txt"
+    target_home = home / "sandbox-escape.txt"
+    code = (f"import os\nfor p in ({str(target_cwd)!r}, {str(target_home)!r}, '/tmp/sandbox-escape.txt'):\n"
+            "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n    except OSError as e: print('refused', e)\n"
+            "open('inside.txt', 'w').write('ok'); print('inside ok')")
+    result = run(code)
+    assert "WROTE" not in result.stdout and "inside ok" in result.stdout
+    assert not target_cwd.exists() and not target_home.exists() and not Path("/tmp/sandbox-escape.txt").exists()
+
+
+def test_parent_environment_secrets_are_not_visible(monkeypatch):
+    monkeypatch.setenv("REFLEXA_TEST_SECRET", "hunter2")
+    result = run("import os; print(os.environ.get('REFLEXA_TEST_SECRET')); print(sorted(os.environ))")
+    assert "hunter2" not in result.stdout
+
+
+def test_grandchild_outliving_its_parent_is_killed():
+    code = (f"import subprocess\nsubprocess.Popen(['sleep', '30', '{MARKER}'], start_new_session=True)\n"
+            "print('parent exits')")
+    result = run(code)
+    assert result.ok and "parent exits" in result.stdout
+    time.sleep(0.2)
+    assert leftover_processes() == []
+
+
+def test_network_is_off():
+    if "no-network" not in SANDBOX.isolation:
+        pytest.skip("no network namespace on this machine")
+    result = run("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 1), timeout=1)\n"
+                 "except OSError as e:\n    print('refused', e.errno)")
+    assert "refused" in result.stdout
+
+
+def test_output_is_capped():
+    sandbox = Sandbox(Limits(timeout=5, output_chars=1000))
+    result = sandbox.run([sys.executable, "-c", "print('x' * 1_000_000)"])
+    assert result.ok and len(result.stdout) == 1000
+
+
+def test_signals_name_the_failure():
+    check = PythonScriptCheck("assert f() == 2", sandbox=SANDBOX)
+    assert check.run("def f():\n    return 2", CheckContext()).ok
+    wrong = check.run("def f():\n    return 3", CheckContext())
+    assert wrong.code is ErrorCode.TEST_FAILED and wrong.score is None  # ran, but wrong: revise
+    broken = check.run("def f(:\n", CheckContext())
+    assert broken.score == 0.0 and "SyntaxError" in broken.message  # never ran: restart
+    slow = check.run("def f():\n    while True: pass", CheckContext())
+    assert slow.code is ErrorCode.TIMEOUT
