@@ -4,7 +4,7 @@ import sys
 import reflexa
 
 PUBLIC = [
-    "Budget", "Check", "CommandCheck", "Completion", "ConfigError", "ErrorCode", "JsonSchemaCheck", "LLMJudge",
+    "Budget", "Check", "CheckContext", "CommandCheck", "Completion", "ConfigError", "ErrorCode", "JsonSchemaCheck", "LLMJudge",
     "Lesson", "Limits", "MemoryStore", "Model", "ModelError", "ModelNotInstalled", "ModelUnavailable",
     "PytestCheck", "PythonScriptCheck", "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore",
     "Sandbox", "SandboxError", "ScriptedModel", "Signal", "Status", "Step", "StopReason", "StoreError",

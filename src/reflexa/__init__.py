@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "resolve_model": "reflexa.models.spec",
     # checks
     "Check": "reflexa.evaluate.checks",
+    "CheckContext": "reflexa.evaluate.checks",
     "CommandCheck": "reflexa.evaluate.checks",
     "JsonSchemaCheck": "reflexa.evaluate.checks",
     "LLMJudge": "reflexa.evaluate.checks",
@@ -77,7 +78,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .errors import (ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError,
                          SandboxError, StoreError)
-    from .evaluate.checks import (Check, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
+    from .evaluate.checks import (Check, CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
                                   PythonScriptCheck, RegexCheck)
     from .evaluate.sandbox import Limits, Sandbox
     from .loops.refine import refine

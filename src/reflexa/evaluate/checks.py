@@ -59,8 +59,14 @@ def _tail(text: str, limit: int = EVIDENCE_CHARS) -> str:
 
 
 def _last_line(text: str) -> str:
+    """The error line of a traceback, with the source line that raised it; else the last line."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+    if not lines:
+        return ""
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    if frames and frames[-1] + 1 < len(lines) - 1:
+        return f"{lines[-1].strip()} at `{lines[frames[-1] + 1].strip()}`"
+    return lines[-1].strip()
 
 
 def signal_from_exec(source: str, result: ExecResult, limits: Limits) -> Signal:

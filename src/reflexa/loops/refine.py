@@ -85,6 +85,8 @@ def refine(
             if len(candidates) >= 3 and same(candidate, candidates[-3]):
                 run.record("flag", None, None, {"why": "this revision undoes the previous one"})
             fingerprints = frozenset(s.fingerprint for s in verdict.failing)
+            if len(candidates) == budget.max_iterations:
+                break  # no attempt left to use a lesson: explaining this failure would be wasted tokens
 
             lesson = _lesson(run, task, candidate, verdict, explain)
             run.record("lesson", Role.EVALUATOR, None, lesson)

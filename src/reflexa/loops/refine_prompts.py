@@ -19,11 +19,11 @@ _OPEN_FENCE = re.compile(r"```[\w+-]*\n(.*)\Z", re.DOTALL)
 
 
 def split_reply(text: str) -> tuple[str, str]:
-    """(plan, answer): the answer is the last fenced block (or an unclosed one cut off by max_tokens);
-    with no fence, the reply minus its 'Plan:' lines."""
+    """(plan, answer): the answer is the first fenced block (later ones are usually usage examples), or an
+    unclosed one cut off by max_tokens; with no fence, the reply minus its 'Plan:' lines."""
     blocks = _FENCE.findall(text)
     if blocks:
-        return text[: text.find("```")].strip(), blocks[-1].strip("\n")
+        return text[: text.find("```")].strip(), blocks[0].strip("\n")
     if match := _OPEN_FENCE.search(text):
         return text[: match.start()].strip(), match.group(1).strip("\n")
     lines = text.strip().splitlines()
