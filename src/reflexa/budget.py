@@ -25,10 +25,7 @@ class Meter:
 
     @property
     def total(self) -> Usage:
-        total = Usage()
-        for usage in self.by_role.values():
-            total.add(usage)
-        return total
+        return Usage.total(self.by_role.values())
 
     @property
     def elapsed(self) -> float:

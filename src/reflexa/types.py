@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -151,6 +152,14 @@ class Usage:
         self.output_tokens += other.output_tokens
         self.calls += other.calls
 
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        """The sum of several usages, e.g. over every role."""
+        total = cls()
+        for usage in usages:
+            total.add(usage)
+        return total
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -210,10 +219,7 @@ class Result:
 
     @property
     def total_usage(self) -> Usage:
-        total = Usage()
-        for usage in self.usage.values():
-            total.add(usage)
-        return total
+        return Usage.total(self.usage.values())
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
