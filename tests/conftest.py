@@ -30,3 +30,16 @@ def embedded():
         if os.environ.get("CI"):
             pytest.fail(f"CI must have the embedded model: {exc} ({exc.hint})")
         pytest.skip(f"embedded model not installed: {exc.hint}")
+
+
+@pytest.fixture()
+def shop(tmp_path):
+    """A generated shop database (examples/shop/make_shop.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "shop" / "make_shop.py"
+    spec = importlib.util.spec_from_file_location("make_shop", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build(tmp_path / "shop.sqlite")

@@ -12,7 +12,8 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
 WRONG = "Plan: guess\n```python\ndef is_prime(n):\n    return n > 1\n```"
 RIGHT = ("Plan: trial division\n```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
          "    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n```")
-LESSON = {"failure_cause": "composites are called prime", "next_action": "try divisors up to sqrt(n)"}
+LESSON = {"failure_step": "attempt 1", "observed_mismatch": "test_larger_numbers failed", "root_cause": "composites are called prime",
+          "correction": "try divisors up to sqrt(n)"}
 
 runner = CliRunner()
 
@@ -35,7 +36,7 @@ def test_refine_with_tests_shows_attempts_and_stores_the_run(tmp_path):
     out = result.output
     assert "attempt 1" in out and "NEEDS_IMPROVEMENT" in out and "try divisors" in out
     assert "attempt 2" in out and "PASS" in out and "stop: PASSED" in out
-    assert "generator" in out and "evaluator" in out
+    assert "generator" in out and "reflector" in out
     listing = invoke("runs")
     assert "refine" in listing.output and "PASSED" in listing.output
 

@@ -27,7 +27,8 @@ def answer(text: str, plan: str = "Plan: think") -> str:
     return f"{plan}\n```\n{text}\n```"
 
 
-LESSON = {"failure_cause": "wrong value", "next_action": "return the right value"}
+LESSON = {"failure_step": "attempt 1", "observed_mismatch": "wanted good", "root_cause": "wrong value",
+          "correction": "return the right value"}
 
 
 def test_pass_on_first_attempt_makes_exactly_one_generator_call():
@@ -137,18 +138,25 @@ def test_reflection_budget_falls_back_to_raw_signals():
     model = ScriptedModel([answer("one"), answer("two"), answer("good")])
     result = refine("task", [Expect("good")], model=model, budget=Budget(max_reflections=0))
     assert result.stop_reason is StopReason.PASSED
-    assert "evaluator" not in result.usage
+    assert "reflector" not in result.usage
     assert "wanted good, got one" in model.prompts[1][-1]["content"]
 
 
-def test_malformed_evaluator_reply_is_reasked_once_then_ignored():
-    model = ScriptedModel([answer("one"), "not json at all", '{"failure_cause": ', answer("good")])
+def test_unparseable_reflection_is_discarded_not_reasked():
+    model = ScriptedModel([answer("one"), "not json at all", answer("good")])
     store = MemoryStore()
     result = refine("task", [Expect("good")], model=model, store=store)
     assert result.stop_reason is StopReason.PASSED
-    assert result.usage["evaluator"].calls == 2
-    lesson = next(s for s in store.steps(result.run_id) if s.kind == "lesson")
-    assert lesson.output["failure_cause"] == "wanted good, got one"  # fell back to the raw signal
+    assert result.usage["reflector"].calls == 1
+    assert result.counters["lessons_discarded"] == 1
+    assert "wanted good, got one" in model.prompts[2][-1]["content"]  # fell back to the raw signal
+
+
+def test_ungrounded_lesson_is_discarded():
+    vague = {"failure_step": "x", "observed_mismatch": "something odd", "root_cause": "unclear", "correction": "try"}
+    model = ScriptedModel([answer("one"), vague, answer("good")])
+    result = refine("task", [Expect("good")], model=model)
+    assert result.passed and result.counters["lessons_discarded"] == 1
 
 
 def test_truncated_generator_reply_still_yields_a_candidate():
@@ -190,7 +198,7 @@ def test_every_step_is_stored_in_order():
     store = MemoryStore()
     result = refine("task", [Expect("good")], model=model, store=store)
     kinds = [s.kind for s in store.steps(result.run_id)]
-    assert kinds == ["model_call", "attempt", "verdict", "model_call", "lesson", "model_call", "attempt",
+    assert kinds == ["model_call", "attempt", "verdict", "model_call", "engine", "model_call", "attempt",
                      "verdict", "stop"]
     assert [s.step_id for s in store.steps(result.run_id)] == list(range(1, 10))
     assert store.get_run(result.run_id).stop_reason == "PASSED"

@@ -21,7 +21,6 @@ class Meter:
         self.clock = clock
         self.started = clock()
         self.by_role: dict[str, Usage] = {}
-        self.reflections = 0
 
     @property
     def total(self) -> Usage:
@@ -49,10 +48,6 @@ class Meter:
         if self.budget.max_tokens is None:
             return max_tokens
         return max(1, min(max_tokens, self.budget.max_tokens - self.total.total_tokens))
-
-    def may_reflect(self) -> bool:
-        limit = self.budget.max_reflections
-        return limit is None or self.reflections < limit
 
     def seconds_left(self) -> float | None:
         if self.budget.max_seconds is None:

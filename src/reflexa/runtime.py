@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import structured
+from .errors import ConfigError
 from .budget import Meter
 from .models.base import Completion, Model
 from .structured import Message, Schema
@@ -32,16 +33,33 @@ class Run:
         observer: Observer | None = None,
         meta: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        resume: str | None = None,
     ) -> None:
-        self.run_id = uuid.uuid4().hex
+        """Start a run, or with `resume=RUN_ID` reopen a stored one: its step numbering and the usage its
+        stored steps already spent carry on; its steps are in `self.resumed_steps`."""
         self.model = model
         self.meter = Meter(budget, clock)
         self.store: Store = store if store is not None else MemoryStore()
         self.observer = observer
-        self.next_step = 1
         self.budget_stop: StopReason | None = None
-        self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
-                                       meta={"model": model.name, "budget": budget, **(meta or {})}))
+        self.resumed_steps: list[Step] = []
+        if resume is None:
+            self.run_id = uuid.uuid4().hex
+            self.next_step = 1
+            self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
+                                           meta={"model": model.name, "budget": budget, **(meta or {})}))
+            return
+        record = self.store.get_run(resume)
+        if record is None:
+            raise ConfigError(f"no single run matches {resume!r}", hint="list runs with `reflexa runs`")
+        if record.status == "finished":
+            raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
+        self.run_id = record.run_id
+        self.resumed_steps = self.store.steps(record.run_id)
+        self.next_step = (self.resumed_steps[-1].step_id + 1) if self.resumed_steps else 1
+        for step in self.resumed_steps:
+            if step.role and step.usage.calls:
+                self.meter.record(step.role, step.usage)
 
     def record(self, kind: str, role: str | None = None, input: Any = None, output: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
@@ -55,9 +73,9 @@ class Run:
         return step
 
     def call(self, role: Role, messages: list[Message], *, schema: Schema | None = None,
-             max_tokens: int = 512, temperature: float = 0.0) -> Completion | None:
-        """One model call (plus, with a schema, at most one re-ask), each checked against the budget
-        first. Returns None when the budget is spent; `budget_stop` then says which limit."""
+             max_tokens: int = 512, temperature: float = 0.0, reask: bool = True) -> Completion | None:
+        """One model call (plus, with a schema and `reask`, at most one re-ask), each checked against the
+        budget first. Returns None when the budget is spent; `budget_stop` then says which limit."""
 
         def once(msgs: list[Message]) -> Completion | None:
             if (stop := self.meter.check()) is not None:
@@ -74,13 +92,15 @@ class Run:
                          "finish_reason": completion.finish_reason}, completion.usage, started)
             return completion
 
-        return structured.ask(once, messages) if schema is not None else once(messages)
+        return structured.ask(once, messages) if schema is not None and reask else once(messages)
 
     def finish(self, stop_reason: StopReason, *, output: str | None, best: str | None,
-               verdict: Verdict | None, iterations: int, error: str | None = None) -> Result:
+               verdict: Verdict | None, iterations: int, error: str | None = None,
+               counters: dict[str, Any] | None = None, notes: list[str] | None = None) -> Result:
         result = Result(output=output, best=best, verdict=verdict, stop_reason=stop_reason,
                         usage={role: u for role, u in self.meter.by_role.items()}, run_id=self.run_id,
-                        steps=self.next_step, iterations=iterations, error=error)
+                        steps=self.next_step, iterations=iterations, error=error, counters=counters or {},
+                        notes=notes or [])
         self.record("stop", None, None, {"stop_reason": stop_reason, "error": error})
         result.steps = self.next_step - 1
         self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict())

@@ -53,6 +53,13 @@ class ErrorCode(StrEnum):
     COMMAND_FAILED = "COMMAND_FAILED"
     RESOURCE_LIMIT = "RESOURCE_LIMIT"
     JUDGED_FAIL = "JUDGED_FAIL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PERMISSION = "PERMISSION"
+    BLOCKED = "BLOCKED"
+    REPEATED = "REPEATED"
+    LOW_CONFIDENCE = "LOW_CONFIDENCE"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")
@@ -120,19 +127,40 @@ def cap(text: str, limit: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Lesson:
-    """A short structured lesson from one failure. Fields are length-capped in code."""
+class Control:
+    """A control signal a lesson may carry: force the next action, or block a tool or one argument value.
+    The tool registry enforces blocks."""
 
-    failure_cause: str
-    evidence: str
-    next_action: str
+    kind: str  # "force_action" | "block_tool" | "block_value"
+    tool: str
+    arg: str = ""
+    value: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Lesson:
+    """A short structured lesson from one failure. Every field is length-capped in code."""
+
+    failure_step: str
+    observed_mismatch: str
+    root_cause: str
+    correction: str
+    control: Control | None = None
 
     def __post_init__(self) -> None:
-        for name in ("failure_cause", "evidence", "next_action"):
+        for name in ("failure_step", "observed_mismatch", "root_cause", "correction"):
             object.__setattr__(self, name, cap(getattr(self, name), LESSON_FIELD_CHARS))
 
     def render(self) -> str:
-        return f"- Cause: {self.failure_cause}\n  Evidence: {self.evidence}\n  Next: {self.next_action}"
+        return (f"- At {self.failure_step}: {self.observed_mismatch}\n  Cause: {self.root_cause}\n"
+                f"  Correction: {self.correction}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Lesson:
+        control = data.get("control")
+        return cls(data["failure_step"], data["observed_mismatch"], data["root_cause"], data["correction"],
+                   Control(**control) if control else None)
 
 
 @dataclass(slots=True)
@@ -174,7 +202,7 @@ class Budget:
     max_iterations: int = 3
     """Attempts the loop may make."""
     max_reflections: int | None = None
-    """Calls that turn a failure into a lesson; past it the loop retries with raw signals only."""
+    """Reflector calls; None means the engine's default quota (2). Past it, retries use raw signals."""
 
 
 @dataclass(slots=True)
@@ -212,6 +240,11 @@ class Result:
     steps: int = 0
     iterations: int = 0
     error: str | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    """Per-module counts from the reflection engine: gate calls, classifier decisions, experience hits,
+    reflector calls, steps from error to recovery."""
+    notes: list[str] = field(default_factory=list)
+    """What the engine decided on the run's behalf, e.g. the ROI governor cutting retries, and why."""
 
     @property
     def passed(self) -> bool:

@@ -162,7 +162,7 @@ def show(
 ) -> None:
     """Print one run step by step."""
     with clean_errors():
-        from .render import print_step, usage_table
+        from .render import counters_line, print_step, usage_table
 
         store = open_store(db)
         record = store.get_run(run_id)
@@ -180,6 +180,10 @@ def show(
             print_step(console, step, verbose=True)
         if record.result:
             console.print(usage_table(record.result["usage"]))
+            for note in record.result.get("notes", []):
+                console.print(f"[yellow]{note}[/yellow]")
+            if line := counters_line(record.result.get("counters", {})):
+                console.print(line)
         else:
             console.print("[yellow]this run did not finish[/yellow]")
 

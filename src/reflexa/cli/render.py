@@ -55,9 +55,16 @@ def print_step(console: Console, step: Step | dict[str, Any], *, verbose: bool =
             mark = "[green]✓[/green]" if signal["ok"] else "[red]✗[/red]"
             code = f" {signal['code']}" if signal.get("code") else ""
             console.print(f"  {mark} {escape(signal['source'])}{code}: {escape(signal['message'])}")
-    elif kind == "lesson":
-        console.print(f"[cyan]lesson[/cyan]: {escape(out['failure_cause'])}\n"
-                      f"  [cyan]next[/cyan]: {escape(out['next_action'])}")
+    elif kind == "engine":
+        lesson = out.get("lesson")
+        label = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}[out["decision"]]
+        console.print(f"[cyan]{label}[/cyan] ({escape(out['reason'])})")
+        if lesson:
+            console.print(f"  [cyan]mismatch[/cyan]: {escape(lesson['observed_mismatch'])}\n"
+                          f"  [cyan]cause[/cyan]: {escape(lesson['root_cause'])}\n"
+                          f"  [cyan]correction[/cyan]: {escape(lesson['correction'])}")
+        if out.get("repair"):
+            console.print(f"  [cyan]repair[/cyan]: {escape(str(out['repair']))}")
     elif kind in ("no_progress", "flag"):
         console.print(f"[magenta]{kind}[/magenta]: {escape(out.get('why', ''))}")
     elif kind == "stop":
@@ -89,7 +96,16 @@ class LiveView:
             self.spinner = None
 
 
+def counters_line(counters: dict[str, Any]) -> str:
+    shown = {k: v for k, v in counters.items() if v}
+    return "engine: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items()) if shown else ""
+
+
 def print_summary(console: Console, result: Result) -> None:
     console.print(usage_table(result.usage))
+    for note in result.notes:
+        console.print(f"[yellow]{escape(note)}[/yellow]")
+    if line := counters_line(result.counters):
+        console.print(escape(line))
     console.print(f"run {result.run_id[:12]}: {result.iterations} attempt(s), {result.steps} steps stored. "
                   f"Details: reflexa show {result.run_id[:12]}")

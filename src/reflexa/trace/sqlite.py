@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,13 @@ MIGRATIONS: list[str] = [
         input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, calls INTEGER NOT NULL,
         started_at REAL NOT NULL, ended_at REAL NOT NULL,
         PRIMARY KEY (run_id, step_id)
+    );
+    """,
+    # 2: keyed records shared across runs: the experience library, governor statistics, tool effects
+    """
+    CREATE TABLE records (
+        ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
+        PRIMARY KEY (ns, key)
     );
     """,
 ]
@@ -126,6 +134,20 @@ class SQLiteStore:
     def steps(self, run_id: str) -> list[Step]:
         rows = self.db.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))
         return [step_from_row(dict(r)) for r in rows]
+
+    def get(self, ns: str, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT value FROM records WHERE ns=? AND key=?", (ns, key)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
+        self._write("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(value), time.time()))
+
+    def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self.db.execute("SELECT key, value FROM records WHERE ns=? ORDER BY key", (ns,))
+        return [(key, json.loads(value)) for key, value in rows]
+
+    def delete(self, ns: str, key: str) -> None:
+        self._write("DELETE FROM records WHERE ns=? AND key=?", (ns, key))
 
     def close(self) -> None:
         self.db.close()

@@ -37,6 +37,12 @@ class Store(Protocol):
     def steps(self, run_id: str) -> list[Step]: ...
     def close(self) -> None: ...
 
+    # Keyed records shared across runs and processes (experience library, governor, tool effects).
+    def get(self, ns: str, key: str) -> dict[str, Any] | None: ...
+    def put(self, ns: str, key: str, value: dict[str, Any]) -> None: ...
+    def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]: ...
+    def delete(self, ns: str, key: str) -> None: ...
+
 
 def _default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -73,6 +79,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[str, list[Step]] = {}
+        self._records: dict[tuple[str, str], str] = {}
 
     def start_run(self, record: RunRecord) -> None:
         self._runs[record.run_id] = record
@@ -97,6 +104,19 @@ class MemoryStore:
 
     def steps(self, run_id: str) -> list[Step]:
         return list(self._steps.get(run_id, []))
+
+    def get(self, ns: str, key: str) -> dict[str, Any] | None:
+        value = self._records.get((ns, key))
+        return json.loads(value) if value is not None else None
+
+    def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
+        self._records[(ns, key)] = to_json(value)
+
+    def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
+        return sorted((k, json.loads(v)) for (n, k), v in self._records.items() if n == ns)
+
+    def delete(self, ns: str, key: str) -> None:
+        self._records.pop((ns, key), None)
 
     def close(self) -> None:
         pass

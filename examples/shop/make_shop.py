@@ -1,0 +1,71 @@
+"""Generate a small, deterministic shop database for `reflexa react` demos, tests and benchmarks.
+
+    python examples/shop/make_shop.py shop.sqlite
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+FIRST = ["Ada", "Ben", "Chloe", "Dev", "Elif", "Femi", "Grace", "Hugo", "Iris", "Jonas", "Kemal", "Lena",
+         "Mateo", "Nia", "Oskar", "Priya", "Quinn", "Rosa", "Sami", "Tara"]
+LAST = ["Novak", "Okafor", "Larsen", "Moreau", "Tanaka", "Silva", "Weber", "Kaur", "Rossi", "Haddad"]
+CITIES = ["Lisbon", "Oslo", "Lagos", "Osaka", "Lyon", "Porto", "Bergen", "Kyoto"]
+PRODUCTS = [("kettle", "kitchen", 39.0), ("toaster", "kitchen", 29.5), ("blender", "kitchen", 74.0),
+            ("desk lamp", "office", 22.0), ("office chair", "office", 149.0), ("notebook", "office", 4.5),
+            ("tent", "outdoor", 210.0), ("sleeping bag", "outdoor", 89.0), ("headlamp", "outdoor", 19.0),
+            ("yoga mat", "sport", 25.0), ("dumbbells", "sport", 55.0), ("running shoes", "sport", 120.0)]
+SCHEMA = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, joined TEXT NOT NULL);
+CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);
+CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id),
+                     ordered_at TEXT NOT NULL, status TEXT NOT NULL);
+CREATE TABLE order_items (order_id INTEGER NOT NULL REFERENCES orders(id),
+                          product_id INTEGER NOT NULL REFERENCES products(id),
+                          quantity INTEGER NOT NULL, unit_price REAL NOT NULL);
+CREATE TABLE refunds (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL REFERENCES orders(id),
+                      amount REAL NOT NULL, refunded_at TEXT NOT NULL);
+"""
+
+
+def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int = 400) -> Path:
+    """Write the database to `path` (replacing it) and return the path."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    rng = random.Random(seed)
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA)
+    names = rng.sample([f"{f} {l}" for f in FIRST for l in LAST], customers)
+    for i, name in enumerate(names, 1):
+        joined = date(2022, 1, 1) + timedelta(days=rng.randrange(0, 900))
+        db.execute("INSERT INTO customers VALUES (?, ?, ?, ?)", (i, name, rng.choice(CITIES), joined.isoformat()))
+    for i, (name, category, price) in enumerate(PRODUCTS, 1):
+        db.execute("INSERT INTO products VALUES (?, ?, ?, ?)", (i, name, category, price))
+    refund_id = 0
+    for order_id in range(1, orders + 1):
+        day = date(2023, 1, 1) + timedelta(days=rng.randrange(0, 730))
+        status = rng.choices(["delivered", "shipped", "cancelled"], [0.8, 0.1, 0.1])[0]
+        db.execute("INSERT INTO orders VALUES (?, ?, ?, ?)",
+                   (order_id, rng.randrange(1, customers + 1), day.isoformat(), status))
+        total = 0.0
+        for product_id in rng.sample(range(1, len(PRODUCTS) + 1), rng.randrange(1, 4)):
+            quantity = rng.randrange(1, 4)
+            price = PRODUCTS[product_id - 1][2]
+            total += quantity * price
+            db.execute("INSERT INTO order_items VALUES (?, ?, ?, ?)", (order_id, product_id, quantity, price))
+        if status == "delivered" and rng.random() < 0.05:
+            refund_id += 1
+            db.execute("INSERT INTO refunds VALUES (?, ?, ?, ?)",
+                       (refund_id, order_id, round(total * rng.choice([0.5, 1.0]), 2),
+                        (day + timedelta(days=rng.randrange(3, 30))).isoformat()))
+    db.commit()
+    db.close()
+    return path
+
+
+if __name__ == "__main__":
+    print(build(sys.argv[1] if len(sys.argv) > 1 else "shop.sqlite"))

@@ -1,0 +1,193 @@
+"""`react`: tool calls as a state machine, with reflection only on failure signals."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ModelError
+from ..models.base import Model
+from ..reflect import Engine, ExperienceLibrary, Facts, Outcome, Workspace
+from ..reflect.gate import step_signals
+from ..runtime import Observer, Run
+from ..tools.registry import Observation, Tool, ToolRegistry, effect_key
+from ..trace.store import Store
+from ..types import Budget, ErrorCode, Lesson, Result, Role, StopReason
+from . import react_prompts as prompts
+
+MAX_STEPS = 8
+"""Steps a react run may take unless its budget says otherwise (Budget.max_iterations)."""
+
+Validator = Callable[[str], str | None]
+"""Checks a final answer against the world: None when it holds, else what is wrong."""
+
+
+def react(
+    goal: str,
+    tools: ToolRegistry | Sequence[Tool],
+    *,
+    model: Model | None = None,
+    budget: Budget = Budget(max_iterations=MAX_STEPS),
+    validator: Validator | None = None,
+    lessons: Sequence[Lesson] = (),
+    store: Store | None = None,
+    observer: Observer | None = None,
+    experience: ExperienceLibrary | None = None,
+    meta: dict[str, Any] | None = None,
+    resume: str | None = None,
+) -> Result:
+    """Pursue `goal` with `tools` for at most budget.max_iterations steps (default 8).
+
+    Each step the model picks one action with structured output bound to the tools' schemas; a final
+    answer is the `final_answer` action, never a phrase in text. A step's failure signals go through
+    the reflection engine: a rule repair, a stop, a reused or new lesson, or nothing. Every step is
+    stored with a snapshot of the loop's state, so `resume=RUN_ID` continues a killed run from its last
+    step without repeating a side-effecting tool.
+    """
+    if model is None:
+        from ..models.spec import resolve
+
+        model = resolve()
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    run = Run("react", goal, model, budget=budget, store=store, observer=observer, meta=meta, resume=resume)
+    engine = Engine(run, experience=experience, quota=budget.max_reflections)
+    state = _restore(run, goal, lessons, registry)
+    ws: Workspace = state["workspace"]
+    schema = prompts.action_schema(registry)
+    answer: str | None = None
+
+    def finish(reason: StopReason, error: str | None = None) -> Result:
+        return run.finish(reason, output=answer, best=answer if reason is StopReason.PASSED else None, verdict=None,
+                          iterations=state["step"], error=error, counters=engine.finish(reason is StopReason.PASSED))
+
+    try:
+        while state["step"] < budget.max_iterations:
+            state["step"] += 1
+            step = state["step"]
+            tool, args, thought, confidence = _next_action(run, registry, ws, state, schema)
+            if tool is None:
+                return finish(run.budget_stop or StopReason.ERROR)
+            if tool == "(page)":
+                action = f"page {args['page']} of {args['observation'].tool}"
+            else:
+                action = f"{tool}({json.dumps(args, sort_keys=True)})"
+            if tool == prompts.FINAL:
+                answer = str(args.get("answer", ""))
+                problem = validator(answer) if validator else None
+                observation = Observation(tool, args, problem is None, answer,
+                                          ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
+            elif tool == "(invalid)":
+                observation = Observation("model", args, False, code=ErrorCode.SCHEMA,
+                                          message=f"invalid action: {args.get('error')}")
+            elif tool == "(page)":
+                observation = args["observation"]
+            else:
+                observation = registry.call(tool, args, effect_key=effect_key(run.run_id, step, tool),
+                                            effects=run.store)
+            signals = [] if tool == "(page)" else step_signals(
+                source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
+                message=observation.message, truncated=observation.truncated, action=action, thought=thought,
+                earlier_actions=state["actions"], earlier_thoughts=state["thoughts"], confidence=confidence,
+                evidence=observation.shown()[:300])
+            if observation.ok:
+                # Only successful actions count as repeats: a failed one that recurs is the engine's to judge.
+                state["actions"].append(action)
+            state["thoughts"].append(thought)
+            ws.add_step({"step": step, "action": action, "observation": observation.shown()})
+            if tool == prompts.FINAL and observation.ok:
+                # An answer the validator accepts (or that has no validator) ends the run, repeated or not.
+                engine.gate(step, [])
+                _record(run, state, step, thought, action, observation, True)
+                return finish(StopReason.PASSED)
+            bad = engine.gate(step, signals)
+            if observation.ok and not bad:
+                ws.add_fact(f"{action} -> {observation.output}")
+            _record(run, state, step, thought, action, observation, tool == prompts.FINAL)
+            if not bad:
+                continue
+            if step >= budget.max_iterations:
+                break  # no step left to use a repair or a lesson
+            outcome = engine.handle(bad[0], goal=goal, facts=ws.facts, action=action, snippet=observation.shown(),
+                                    rule_facts=_facts(observation, state, action))
+            if outcome.stop is not None:
+                return finish(outcome.stop, outcome.reason)
+            _apply(outcome, registry, ws, state, tool, args, observation)
+        return finish(StopReason.MAX_ITERATIONS)
+    except ModelError as exc:
+        return finish(StopReason.ERROR, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
+
+
+def _next_action(run: Run, registry: ToolRegistry, ws: Workspace, state: dict[str, Any],
+                 schema: dict[str, Any]) -> tuple[str | None, dict[str, Any], str, float | None]:
+    """The step's action: a queued rule repair, an action a lesson forced, else the model's choice."""
+    if (queued := state.pop("queued", None)) is not None:
+        return queued["tool"], queued["args"], queued["why"], None
+    if ws.forced is not None:
+        forced, ws.forced = ws.forced, None
+        return forced["tool"], forced["args"], "(forced by a lesson)", None
+    reply = run.call(Role.GENERATOR, prompts.messages(registry, ws), schema=schema, max_tokens=256)
+    if reply is None:
+        return None, {}, "", None
+    if reply.value is not None:
+        value = reply.value
+        return value["tool"], value["args"], value.get("thought", ""), value.get("confidence")
+    # Still invalid after the re-ask: let the registry name the argument problem, if there is a call at all.
+    if (loose := prompts.loose_action(reply.text)) is not None:
+        return loose[0], loose[1], "(invalid action)", None
+    return "(invalid)", {"reply": reply.text[:200], "error": reply.error}, "(invalid action)", None
+
+
+def _facts(observation: Observation, state: dict[str, Any], action: str) -> Facts:
+    return Facts(suggestion=observation.suggestion, fatal=observation.fatal, retryable=True,
+                 timeouts_before=state["timeouts"].get(action, 0), can_page=observation.truncated)
+
+
+def _apply(outcome: Outcome, registry: ToolRegistry, ws: Workspace, state: dict[str, Any], tool: str,
+           args: dict[str, Any], observation: Observation) -> None:
+    """Carry out the engine's decision for the next step."""
+    if outcome.repair is not None:
+        repair = outcome.repair
+        if repair.kind == "retry":
+            key = f"{tool}({json.dumps(args, sort_keys=True)})"
+            state["timeouts"][key] = state["timeouts"].get(key, 0) + 1
+            time.sleep(repair.delay)
+            state["queued"] = {"tool": tool, "args": args, "why": "(rule: retry after timeout)"}
+        elif repair.kind == "args":
+            state["queued"] = {"tool": tool, "args": {**args, **repair.args}, "why": "(rule: close match)"}
+        elif repair.kind == "page" and (page := registry.page(observation, 1)) is not None:
+            state["queued"] = {"tool": "(page)", "args": {"observation": page, "page": 1}, "why": "(rule: next page)"}
+    if outcome.lesson is not None:
+        ws.apply(outcome.lesson)
+        if outcome.lesson.control is not None:
+            registry.blocks.apply(outcome.lesson.control)
+            state["blocks"] = {"tools": sorted(registry.blocks.tools),
+                               "values": sorted(list(v) for v in registry.blocks.values)}
+
+
+def _record(run: Run, state: dict[str, Any], step: int, thought: str, action: str, observation: Observation,
+            is_final: bool) -> None:
+    snapshot = {k: v for k, v in state.items() if k not in ("queued",)}
+    snapshot["workspace"] = state["workspace"].to_dict()
+    run.record("react", Role.GENERATOR, {"step": step, "thought": thought, "action": action},
+               {"observation": observation.shown(), "ok": observation.ok, "code": observation.code,
+                "is_final": is_final, "replayed": observation.replayed, "state": snapshot})
+
+
+def _restore(run: Run, goal: str, lessons: Sequence[Lesson], registry: ToolRegistry) -> dict[str, Any]:
+    """The loop's state: fresh, or the snapshot in the last stored react step of a resumed run."""
+    for step in reversed(run.resumed_steps):
+        if step.kind == "react":
+            state = dict(step.output["state"])
+            state["workspace"] = Workspace.from_dict(state["workspace"])
+            state["timeouts"] = dict(state["timeouts"])
+            blocks = state.get("blocks") or {"tools": [], "values": []}
+            registry.blocks.tools.update(blocks["tools"])
+            registry.blocks.values.update(tuple(v) for v in blocks["values"])
+            return state
+    ws = Workspace(goal)
+    for lesson in lessons:
+        ws.apply(lesson)
+    return {"workspace": ws, "step": 0, "actions": [], "thoughts": [], "timeouts": {}, "blocks": None}
+

@@ -1,0 +1,70 @@
+"""The classifier: repair by rule when a template is sound, stop when nothing can help, else reflect.
+
+An ambiguous case always goes to reflection, never to a rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..types import ErrorCode, Signal
+
+TIMEOUT_BACKOFF = 0.5
+"""Seconds to wait before the single rule-based retry of a timed-out call."""
+
+
+class Decision(StrEnum):
+    RULE = "rule"
+    UNRECOVERABLE = "unrecoverable"
+    REFLECT = "reflect"
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
+
+    kind: str  # "retry" | "args" | "page"
+    args: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    decision: Decision
+    reason: str
+    repair: Repair | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the classifier may know about the failure besides the signal itself."""
+
+    suggestion: dict[str, Any] | None = None
+    """Repaired arguments offered by the tool (a close match for an unknown column or argument)."""
+    fatal: bool = False
+    """The tool says no retry can help (the target does not exist, an effect's state is unknown)."""
+    retryable: bool = True
+    """Whether repeating the same call could succeed (a tool call can; a candidate's own timeout cannot)."""
+    timeouts_before: int = 0
+    """Earlier timeouts of this same action in this run."""
+    can_page: bool = False
+    """A truncated observation has another page to show."""
+
+
+def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
+    code = signal.code
+    if code is ErrorCode.PERMISSION:
+        return Classification(Decision.UNRECOVERABLE, f"permission denied: {signal.message}")
+    if facts.fatal:
+        reason = "the target does not exist" if code is ErrorCode.NOT_FOUND else "the tool says retrying cannot help"
+        return Classification(Decision.UNRECOVERABLE, f"{reason}: {signal.message}")
+    if code in (ErrorCode.NOT_FOUND, ErrorCode.SCHEMA) and facts.suggestion:
+        return Classification(Decision.RULE, "close match for a wrong name", Repair("args", facts.suggestion))
+    if code is ErrorCode.TIMEOUT and facts.retryable and facts.timeouts_before == 0:
+        return Classification(Decision.RULE, "first timeout: retry once after a pause",
+                              Repair("retry", delay=TIMEOUT_BACKOFF))
+    if code is ErrorCode.TOO_LONG and facts.can_page:
+        return Classification(Decision.RULE, "truncated observation: show the next page", Repair("page"))
+    return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")

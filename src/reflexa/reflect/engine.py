@@ -1,0 +1,146 @@
+"""The reflection engine every loop shares: gate, classify, experience, reflector, progress.
+
+    signals ─gate─> nothing failed? ── continue (no reflection call)
+               └─> classify ─ rule ───────────> Repair (no model call)
+                            ─ unrecoverable ──> stop UNRECOVERABLE
+                            ─ reflect ─> recurs after a reflection? ─> stop NO_PROGRESS
+                                       ─> experience hit? ─> reuse its lesson (no model call)
+                                       ─> quota left? ─> reflector ─> lesson, unless discarded
+                                                                    ─> repeats the failing action? ─> stop NO_PROGRESS
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..types import Lesson, Signal, StopReason
+from .classify import Decision, Facts, Repair, classify
+from .experience import ExperienceLibrary
+from .gate import failing
+from .progress import Progress
+from .reflector import reflect
+
+if TYPE_CHECKING:
+    from ..runtime import Run
+
+DEFAULT_QUOTA = 2
+"""Reflector calls per run when the budget sets no max_reflections."""
+
+
+@dataclass(slots=True)
+class Counters:
+    """What each module of the engine did in one run."""
+
+    gate_calls: int = 0
+    gate_signals: int = 0
+    rule_repairs: int = 0
+    unrecoverable: int = 0
+    sent_to_reflection: int = 0
+    experience_hits: int = 0
+    experience_misses: int = 0
+    reflector_calls: int = 0
+    lessons_discarded: int = 0
+    quota_skips: int = 0
+    no_progress: int = 0
+    recovery_steps: list[int] = field(default_factory=list)
+    """For each error that was recovered from: steps from the error to the next clean step."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the engine tells the loop to do about one failure."""
+
+    kind: str  # "repair" | "lesson" | "none" | "stop"
+    reason: str = ""
+    repair: Repair | None = None
+    lesson: Lesson | None = None
+    stop: StopReason | None = None
+    reused: bool = False
+
+
+class Engine:
+    def __init__(self, run: Run, *, experience: ExperienceLibrary | None = None, quota: int | None = None) -> None:
+        self.run = run
+        self.experience = experience
+        self.quota = DEFAULT_QUOTA if quota is None else quota
+        self.progress = Progress()
+        self.counters = Counters()
+        self._error_since: int | None = None
+        self._pending: set[str] = set()  # experience entries used since the last clean step
+
+    def gate(self, step: int, signals: Sequence[Signal]) -> list[Signal]:
+        """The failing signals of a step; a clean step closes an error-to-recovery span."""
+        self.counters.gate_calls += 1
+        bad = failing(signals)
+        if bad:
+            self.counters.gate_signals += 1
+            if self._error_since is None:
+                self._error_since = step
+        elif self._error_since is not None:
+            self.counters.recovery_steps.append(step - self._error_since)
+            self._error_since = None
+            self._settle(True)
+        return bad
+
+    def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
+               rule_facts: Facts = Facts()) -> Outcome:
+        outcome = self._decide(signal, goal, facts, action, snippet, rule_facts)
+        self.run.record("engine", None, {"signal": signal, "action": action[:300]},
+                        {"decision": outcome.kind, "reason": outcome.reason, "lesson": outcome.lesson,
+                         "repair": outcome.repair, "reused": outcome.reused, "stop": outcome.stop})
+        return outcome
+
+    def _decide(self, signal: Signal, goal: str, facts: Sequence[str], action: str, snippet: str,
+                rule_facts: Facts) -> Outcome:
+        fingerprint = signal.fingerprint
+        verdict = classify(signal, rule_facts)
+        if verdict.decision is Decision.UNRECOVERABLE:
+            self.counters.unrecoverable += 1
+            return Outcome("stop", verdict.reason, stop=StopReason.UNRECOVERABLE)
+        if verdict.decision is Decision.RULE:
+            self.counters.rule_repairs += 1
+            return Outcome("repair", verdict.reason, repair=verdict.repair)
+        self.counters.sent_to_reflection += 1
+        if self.progress.recurs(fingerprint):
+            self.counters.no_progress += 1
+            return Outcome("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
+        if self.experience is not None:
+            if (lesson := self.experience.lookup(fingerprint)) is not None:
+                self.counters.experience_hits += 1
+                self._pending.add(fingerprint)
+                self.progress.note_reflection(fingerprint)
+                return Outcome("lesson", "repair reused from the experience library", lesson=lesson, reused=True)
+            self.counters.experience_misses += 1
+        if self.counters.reflector_calls >= self.quota:
+            self.counters.quota_skips += 1
+            return Outcome("none", f"reflection quota ({self.quota}) spent")
+        self.counters.reflector_calls += 1
+        lesson, why = reflect(self.run, goal=goal, facts=facts, failing_action=action, signal=signal, snippet=snippet)
+        if lesson is None:
+            self.counters.lessons_discarded += 1
+            return Outcome("none", f"lesson discarded: {why}")
+        if self.progress.correction_repeats(lesson, action):
+            self.counters.no_progress += 1
+            return Outcome("stop", "the correction repeats the failing action", lesson=lesson,
+                           stop=StopReason.NO_PROGRESS)
+        self.progress.note_reflection(fingerprint)
+        if self.experience is not None:
+            self.experience.learn(fingerprint, lesson)
+            self._pending.add(fingerprint)
+        return Outcome("lesson", "new lesson", lesson=lesson)
+
+    def _settle(self, success: bool) -> None:
+        if self.experience is not None:
+            for fingerprint in self._pending:
+                self.experience.outcome(fingerprint, success)
+        self._pending.clear()
+
+    def finish(self, success: bool) -> dict[str, Any]:
+        """Settle the experience entries still pending and return the counters for the result."""
+        self._settle(success)
+        return self.counters.to_dict()

@@ -1,0 +1,43 @@
+"""Progress: stop a run that repeats itself instead of letting it spin to its step limit."""
+
+from __future__ import annotations
+
+from ..types import Lesson, normalise
+
+
+def same(a: str, b: str) -> bool:
+    """Equal up to whitespace."""
+    return a.split() == b.split()
+
+
+class Progress:
+    """Remembers what was reflected on, so the same failure twice after a reflection stops the run."""
+
+    def __init__(self) -> None:
+        self.reflected: set[str] = set()
+        """Fingerprints already reflected on (the `error_handled` marks): never reflected on twice."""
+        self.last_fingerprints: frozenset[str] | None = None
+
+    def note_reflection(self, fingerprint: str) -> None:
+        self.reflected.add(fingerprint)
+
+    def recurs(self, fingerprint: str) -> bool:
+        """The same error came back after a reflection on it."""
+        return fingerprint in self.reflected
+
+    @staticmethod
+    def correction_repeats(lesson: Lesson, failing_action: str) -> bool:
+        """The lesson's next action is the action that just failed."""
+        if lesson.control is not None and lesson.control.kind == "force_action":
+            forced = normalise(f"{lesson.control.tool} {sorted(lesson.control.args.items())}")
+            return forced == normalise(failing_action)
+        return normalise(lesson.correction) == normalise(failing_action)
+
+    def stalled(self, candidates: list[str], fingerprints: frozenset[str]) -> str | None:
+        """For attempt loops: an identical candidate, or the same failures twice in a row."""
+        previous, self.last_fingerprints = self.last_fingerprints, fingerprints
+        if len(candidates) >= 2 and same(candidates[-1], candidates[-2]):
+            return "the candidate is identical to the previous one"
+        if previous is not None and previous == fingerprints:
+            return "the same checks failed the same way twice in a row"
+        return None

@@ -1,0 +1,58 @@
+"""The workspace: what an agent keeps in view instead of its whole history."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..types import Lesson, cap
+
+FACT_CARDS = 3
+"""Short facts from successful observations, kept whatever the window."""
+WINDOW = 4
+"""Recent steps shown in full."""
+POLICY_SLOTS = 3
+"""Corrections from lessons, injected into the next prompt; the oldest drops out."""
+FACT_CHARS = 200
+
+
+@dataclass(slots=True)
+class Workspace:
+    goal: str
+    facts: list[str] = field(default_factory=list)
+    window: list[dict[str, Any]] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)
+    forced: dict[str, Any] | None = None
+    """An action a lesson forces as the next step: {"tool": ..., "args": {...}}."""
+
+    def add_fact(self, text: str) -> None:
+        fact = cap(" ".join(text.split()), FACT_CHARS)
+        if fact and fact not in self.facts:
+            self.facts = [*self.facts, fact][-FACT_CARDS:]
+
+    def add_step(self, step: dict[str, Any]) -> None:
+        self.window = [*self.window, step][-WINDOW:]
+
+    def apply(self, lesson: Lesson) -> None:
+        """A lesson's correction becomes a policy slot; a force_action control becomes the next action."""
+        self.policies = [*self.policies, lesson.render()][-POLICY_SLOTS:]
+        if lesson.control is not None and lesson.control.kind == "force_action":
+            self.forced = {"tool": lesson.control.tool, "args": dict(lesson.control.args)}
+
+    def render(self) -> str:
+        parts = [f"Goal: {self.goal}"]
+        if self.facts:
+            parts.append("Facts:\n" + "\n".join(f"- {f}" for f in self.facts))
+        if self.policies:
+            parts.append("Corrections from earlier failures (follow them):\n" + "\n".join(self.policies))
+        if self.window:
+            parts.append("Recent steps:\n" + "\n".join(
+                f"{s['step']}. {s['action']} -> <<<{cap(s['observation'], 400)}>>>" for s in self.window))
+        return "\n\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workspace:
+        return cls(**data)

@@ -1,0 +1,285 @@
+"""Tools an agent may call: typed Python functions, validated before they run, each bounded and capped.
+
+A tool call never raises into the loop. It returns an Observation whose `code` is one of a small closed
+set of error codes, so the reflection engine can tell a typo from a permission problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import inspect
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from ..types import Control, ErrorCode, cap
+
+OUTPUT_CHARS = 2000
+"""Characters of a tool's output shown to the model; the rest is paged, and the truncation marked."""
+TOOL_TIMEOUT = 10.0
+"""Seconds a tool may run. A Python function cannot be killed, so a timed-out call is abandoned."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure with a precise code, and optionally a close-match suggestion."""
+
+    def __init__(self, code: ErrorCode, message: str, *, suggestion: dict[str, Any] | None = None,
+                 fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.suggestion = suggestion
+        self.fatal = fatal
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A callable plus the facts the engine needs about it."""
+
+    name: str
+    description: str
+    function: Callable[..., Any]
+    args_model: type[BaseModel]
+    timeout: float = TOOL_TIMEOUT
+    side_effect: bool = False
+    """Changes the world: gets an idempotency key, so a resumed run never repeats it."""
+    empty_ok: bool = True
+    """Whether an empty result is a legal answer (a search may find nothing) or a failure."""
+    max_chars: int = OUTPUT_CHARS
+    takes_model: bool = False
+    """The function takes one pydantic model instance rather than keyword arguments."""
+
+
+def tool(function: Callable[..., Any] | None = None, *, name: str | None = None, timeout: float = TOOL_TIMEOUT,
+         side_effect: bool = False, empty_ok: bool = True, max_chars: int = OUTPUT_CHARS) -> Any:
+    """Make a Tool from a typed function; usable bare (`@tool`) or with options (`@tool(side_effect=True)`).
+    The argument schema comes from the type hints; the description from the docstring."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        description = inspect.getdoc(fn) or ""
+        signature = inspect.signature(fn)
+        only = list(signature.parameters.values())
+        if len(only) == 1 and inspect.isclass(only[0].annotation) and issubclass(only[0].annotation, BaseModel):
+            # A function of one pydantic model: that model is the argument schema.
+            return Tool(name or fn.__name__, description, fn, only[0].annotation, timeout, side_effect, empty_ok,
+                        max_chars, takes_model=True)
+        params = {}
+        for pname, param in signature.parameters.items():
+            annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
+            default = param.default if param.default is not inspect.Parameter.empty else ...
+            params[pname] = (annotation, default)
+        model = create_model(f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **params)
+        return Tool(name or fn.__name__, description, fn, model, timeout, side_effect, empty_ok, max_chars)
+
+    return wrap(function) if function is not None else wrap
+
+
+@dataclass(slots=True)
+class Observation:
+    """What one tool call returned, as the model will see it."""
+
+    tool: str
+    args: dict[str, Any]
+    ok: bool
+    output: str = ""
+    code: ErrorCode | None = None
+    message: str = ""
+    truncated: bool = False
+    full_chars: int = 0
+    suggestion: dict[str, Any] | None = None
+    fatal: bool = False
+    replayed: bool = False
+
+    def shown(self) -> str:
+        if not self.ok:
+            return f"ERROR {self.code}: {self.message}"
+        suffix = f"\n[truncated: showing {len(self.output)} of {self.full_chars} characters]" if self.truncated else ""
+        return (self.output or "(empty result)") + suffix
+
+
+def _code_for(exc: BaseException) -> ErrorCode:
+    if isinstance(exc, ToolError):
+        return exc.code
+    if isinstance(exc, TimeoutError):
+        return ErrorCode.TIMEOUT
+    if isinstance(exc, PermissionError):
+        return ErrorCode.PERMISSION
+    if isinstance(exc, (FileNotFoundError, KeyError, LookupError)):
+        return ErrorCode.NOT_FOUND
+    if isinstance(exc, (ValueError, TypeError)):
+        return ErrorCode.INVALID_ARGUMENT
+    return ErrorCode.TOOL_ERROR
+
+
+def _render(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported as an observation
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+@dataclass(slots=True)
+class Blocks:
+    """Tools and argument values a lesson has blocked for the rest of the run."""
+
+    tools: set[str] = field(default_factory=set)
+    values: set[tuple[str, str, str]] = field(default_factory=set)
+
+    def apply(self, control: Control) -> None:
+        if control.kind == "block_tool":
+            self.tools.add(control.tool)
+        elif control.kind == "block_value":
+            self.values.add((control.tool, control.arg, control.value))
+
+    def refuses(self, name: str, args: dict[str, Any]) -> str | None:
+        if name in self.tools:
+            return f"tool {name} is blocked for this run"
+        for tool_name, arg, value in self.values:
+            if tool_name == name and str(args.get(arg)) == value:
+                return f"{name}({arg}={value!r}) is blocked for this run"
+        return None
+
+
+EffectLog = Callable[[str], dict[str, Any] | None]
+
+
+class ToolRegistry:
+    """The tools of one agent, with validation, timeouts, output caps, blocks and idempotent effects."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+        self.blocks = Blocks()
+        self._full: dict[str, str] = {}  # the whole text of each tool's last truncated output, for paging
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tools
+
+    def describe(self) -> str:
+        lines = []
+        for t in self.tools.values():
+            props = t.args_model.model_json_schema().get("properties", {})
+            args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+            lines.append(f"- {t.name}({args}): {t.description.splitlines()[0] if t.description else ''}")
+        return "\n".join(lines)
+
+    def call(self, name: str, args: dict[str, Any], *, effect_key: str | None = None,
+             effects: Any = None) -> Observation:
+        """Validate, run and cap one call. `effects` (a Store) plus `effect_key` make a side-effecting
+        call idempotent: a key already recorded returns the recorded observation without running."""
+        if name not in self.tools:
+            return Observation(name, args, False, code=ErrorCode.NOT_FOUND,
+                               message=f"unknown tool {name!r}; tools: {', '.join(self.tools)}")
+        t = self.tools[name]
+        if reason := self.blocks.refuses(name, args):
+            return Observation(name, args, False, code=ErrorCode.BLOCKED, message=reason)
+        try:
+            valid = t.args_model.model_validate(args)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "args"
+            return Observation(name, args, False, code=ErrorCode.SCHEMA, message=f"{where}: {first['msg']}",
+                               suggestion=_renamed(args, t.args_model))
+        idempotent = t.side_effect and effects is not None and effect_key is not None
+        if idempotent:
+            if (done := effects.get("effects", effect_key)) is not None:
+                if done.get("pending"):
+                    # The process died during this very call: the effect may or may not have happened.
+                    return Observation(name, args, False, code=ErrorCode.TOOL_ERROR, fatal=True,
+                                       message=f"{name} was interrupted during an earlier run; not repeated, "
+                                       "check its effect by hand")
+                return Observation(**{**done, "code": ErrorCode(done["code"]) if done["code"] else None},
+                                   replayed=True)
+            effects.put("effects", effect_key, {"pending": True})
+        observation = self._invoke(t, args, valid)
+        if idempotent:
+            # Recorded before the loop's own step, so a crash right after the effect cannot repeat it.
+            effects.put("effects", effect_key, {k: getattr(observation, k) for k in observation.__slots__
+                                                if k != "replayed"})
+        return observation
+
+    def _invoke(self, t: Tool, args: dict[str, Any], valid: BaseModel) -> Observation:
+        call = (lambda: t.function(valid)) if t.takes_model else (lambda: t.function(**valid.model_dump()))
+        try:
+            value = _run_with_timeout(call, t.timeout)
+        except Exception as exc:  # every failure becomes an observation; KeyboardInterrupt still stops
+            suggestion = exc.suggestion if isinstance(exc, ToolError) else None
+            return Observation(t.name, args, False, code=_code_for(exc), message=cap(str(exc) or type(exc).__name__, 400),
+                               suggestion=suggestion, fatal=getattr(exc, "fatal", False))
+        text = _render(value)
+        if not text.strip() and not t.empty_ok:
+            return Observation(t.name, args, False, code=ErrorCode.EMPTY, message=f"{t.name} returned nothing")
+        if len(text) > t.max_chars:
+            self._full[t.name] = text
+        return Observation(t.name, args, True, text[: t.max_chars], truncated=len(text) > t.max_chars,
+                           full_chars=len(text))
+
+    def page(self, observation: Observation, page: int) -> Observation | None:
+        """Page `page` (from 0) of a truncated observation's full output, without running the tool again."""
+        full = self._full.get(observation.tool)
+        size = self.tools[observation.tool].max_chars
+        if full is None or page * size >= len(full):
+            return None
+        chunk = full[page * size : (page + 1) * size]
+        return Observation(observation.tool, {**observation.args, "page": page}, True, chunk,
+                           truncated=(page + 1) * size < len(full), full_chars=len(full))
+
+
+def _renamed(args: dict[str, Any], model: type[BaseModel]) -> dict[str, Any] | None:
+    """Arguments with each unknown name replaced by its one close match among the missing ones, when
+    that makes them valid; None when the fix is not that simple (then the failure needs judgement)."""
+    fields = set(model.model_fields)
+    missing = [f for f in fields if f not in args]
+    fixed = {}
+    for key, value in args.items():
+        if key in fields:
+            fixed[key] = value
+        elif close := difflib.get_close_matches(key, missing, n=1, cutoff=0.6):
+            fixed[close[0]] = value
+        else:
+            return None
+    try:
+        model.model_validate(fixed)
+    except ValidationError:
+        return None
+    return fixed if fixed != args else None
+
+
+def effect_key(run_id: str, step: int, tool_name: str) -> str:
+    """The idempotency key of a side-effecting call: the same run, step and tool is the same effect."""
+    return hashlib.sha256(f"{run_id}:{step}:{tool_name}".encode()).hexdigest()[:24]
+
+
+def sqlite_error_code(exc: sqlite3.Error) -> ErrorCode:
+    text = str(exc).lower()
+    if "no such" in text:
+        return ErrorCode.NOT_FOUND
+    if "readonly" in text or "read-only" in text or "not authorized" in text:
+        return ErrorCode.PERMISSION
+    if "syntax" in text:
+        return ErrorCode.INVALID_ARGUMENT
+    return ErrorCode.TOOL_ERROR

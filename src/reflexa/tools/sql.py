@@ -1,0 +1,101 @@
+"""The bundled SQL toolset: list_tables, describe_table and query over one SQLite file, read-only by default.
+
+Errors name close matches ("no such column: nme" suggests `name`), so the classifier can repair a
+typo by rule, with no model call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sqlite3
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..types import ErrorCode
+from .registry import Tool, ToolError, sqlite_error_code, tool
+
+MAX_ROWS = 200
+"""Rows a query returns at most; the rest is reported as a count."""
+
+
+def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
+    """Tools over the SQLite file at `path`. With write=False the file is opened read-only and queries
+    that would change it fail with PERMISSION. With write=True, `execute` is a side-effecting tool."""
+    db_path = Path(path)
+    if not db_path.is_file():
+        raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
+
+    def connect() -> sqlite3.Connection:
+        # A connection per call: tools run in worker threads.
+        mode = "rw" if write else "ro"
+        conn = sqlite3.connect(f"file:{db_path.resolve()}?mode={mode}", uri=True, timeout=5)
+        if not write:
+            conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    def tables(conn: sqlite3.Connection) -> list[str]:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+
+    def columns(conn: sqlite3.Connection) -> list[str]:
+        return sorted({row[1] for t in tables(conn) for row in conn.execute(f'PRAGMA table_info("{t}")')})
+
+    def fail(conn: sqlite3.Connection, exc: sqlite3.Error, sql: str) -> ToolError:
+        message = str(exc)
+        code = sqlite_error_code(exc)
+        suggestion = None
+        if match := re.search(r"no such (column|table): ([\w.]+)", message):
+            kind, wrong = match.groups()
+            wrong = wrong.split(".")[-1]
+            pool = columns(conn) if kind == "column" else tables(conn)
+            if close := difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6):
+                suggestion = {"sql": re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql)}
+                message += f" (did you mean {close[0]}?)"
+        return ToolError(code, message, suggestion=suggestion)
+
+    @tool
+    def list_tables() -> str:
+        """List the tables in the database."""
+        with connect() as conn:
+            return ", ".join(tables(conn))
+
+    @tool
+    def describe_table(table: str) -> str:
+        """Show a table's columns and their types."""
+        with connect() as conn:
+            rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+            if not rows:
+                close = difflib.get_close_matches(table, tables(conn), n=1, cutoff=0.6)
+                raise ToolError(ErrorCode.NOT_FOUND, f"no such table: {table}" + (f" (did you mean {close[0]}?)" if close else ""),
+                                suggestion={"table": close[0]} if close else None)
+            return ", ".join(f"{r[1]} {r[2]}" for r in rows)
+
+    @tool
+    def query(sql: str) -> str:
+        """Run one SQL SELECT and return the rows, header first."""
+        with connect() as conn:
+            try:
+                cursor = conn.execute(sql)
+            except sqlite3.Error as exc:
+                raise fail(conn, exc, sql) from None
+            header = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchmany(MAX_ROWS + 1)
+        lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
+        if len(rows) > MAX_ROWS:
+            lines.append(f"... more than {MAX_ROWS} rows")
+        return "\n".join(lines)
+
+    toolset = [list_tables, describe_table, query]
+    if write:
+        @tool(side_effect=True)
+        def execute(sql: str) -> str:
+            """Run one SQL statement that changes the database; returns the number of rows changed."""
+            with connect() as conn:
+                try:
+                    changed = conn.execute(sql).rowcount
+                except sqlite3.Error as exc:
+                    raise fail(conn, exc, sql) from None
+            return f"{changed} row(s) changed"
+
+        toolset.append(execute)
+    return toolset

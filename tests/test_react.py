@@ -1,0 +1,283 @@
+import pytest
+
+from reflexa import Budget, MemoryStore, ScriptedModel, StopReason
+from reflexa.loops import react, refine, trials
+from reflexa.reflect import ExperienceLibrary
+from reflexa.tools import ToolError, ToolRegistry, sql_tools, tool
+from reflexa.types import ErrorCode, Signal
+
+
+WORDS = iter(f"thought {a}{b}" for a in "abcdefghijklmnopqrstuvwxyz" for b in "abcdefghijklmnopqrstuvwxyz")
+
+
+def act(tool_name, thought=None, confidence=0.9, **args):
+    # Distinct thoughts by default: a repeated thought is itself a failure signal.
+    return {"thought": thought or next(WORDS), "tool": tool_name, "args": args, "confidence": confidence}
+
+
+def final(answer):
+    return act("final_answer", answer=answer)
+
+
+def lesson(mismatch, correction="use another approach", **control):
+    return {"failure_step": "step 1", "observed_mismatch": mismatch, "root_cause": "the call was wrong",
+            "correction": correction, **control}
+
+
+def test_clean_run_makes_no_reflection_call(shop):
+    model = ScriptedModel([act("query", sql="SELECT count(*) AS n FROM orders"), final("400")])
+    result = react("How many orders?", sql_tools(shop), model=model)
+    assert result.stop_reason is StopReason.PASSED and result.output == "400"
+    assert model.calls == 2 and "reflector" not in result.usage
+    assert result.counters["gate_signals"] == 0 and result.counters["gate_calls"] == 2
+
+
+def test_wrong_column_is_repaired_by_rule_with_no_model_call(shop):
+    model = ScriptedModel([act("query", sql="SELECT nme FROM customers WHERE id = 1"), final("done")])
+    store = MemoryStore()
+    result = react("Name of customer 1?", sql_tools(shop), model=model, store=store)
+    assert result.passed and model.calls == 2
+    assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 0
+    assert result.counters["recovery_steps"] == [1]
+    steps = [s for s in store.steps(result.run_id) if s.kind == "react"]
+    assert steps[1].input["action"].startswith('query({"sql": "SELECT name FROM customers')
+
+
+def test_final_answer_comes_from_structure_not_text(shop):
+    model = ScriptedModel([act("query", thought="Final Answer: 3", sql="SELECT 3"), final("3")])
+    result = react("q", sql_tools(shop), model=model)
+    assert result.iterations == 2
+
+
+def test_false_claim_fails_validation_and_is_reflected_on(shop):
+    model = ScriptedModel([final("refunded"), lesson("refunded", "check the refunds table first"), final("not refunded")])
+    result = react("Was order 1 refunded?", sql_tools(shop), model=model,
+                   validator=lambda answer: None if answer == "not refunded" else "no refund row for order 1")
+    assert result.passed and result.counters["reflector_calls"] == 1
+    assert "check the refunds table first" in model.prompts[2][-1]["content"]
+
+
+def test_unrecoverable_permission_stops(shop):
+    model = ScriptedModel([act("query", sql="DELETE FROM orders")])
+    result = react("Delete everything", sql_tools(shop), model=model)
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "permission" in result.error
+    assert model.calls == 1
+
+
+def flaky_tool(failures):
+    """A tool that fails with a message needing judgement `failures` times, then works."""
+    state = {"left": failures, "calls": 0}
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        state["calls"] += 1
+        if key == "bad" or state["left"] > 0:
+            state["left"] -= 1
+            raise ToolError(ErrorCode.TOOL_ERROR, "backend refused the key: use key 'good'")
+        return f"value of {key}"
+
+    return lookup, state
+
+
+def test_experience_library_serves_a_second_run_without_the_reflector():
+    store = MemoryStore()
+    library = ExperienceLibrary(store)
+    lookup, _ = flaky_tool(0)
+    first = ScriptedModel([act("lookup", key="bad"), lesson("backend refused key bad", "use key good"),
+                           act("lookup", key="good"), final("value of good")])
+    r1 = react("find it", [lookup], model=first, store=store, experience=library)
+    assert r1.passed and r1.counters["reflector_calls"] == 1 and r1.counters["experience_misses"] == 1
+    second = ScriptedModel([act("lookup", key="bad"), act("lookup", key="good"), final("value of good")])
+    r2 = react("find it", [lookup], model=second, store=store, experience=library)
+    assert r2.passed and r2.counters["experience_hits"] == 1 and r2.counters["reflector_calls"] == 0
+    assert "reflector" not in r2.usage
+    assert "use key good" in second.prompts[1][-1]["content"]
+    (entry,) = library.entries()
+    assert entry.hits == 1 and entry.successes == 2
+
+
+def test_failing_repair_is_demoted():
+    store = MemoryStore()
+    library = ExperienceLibrary(store)
+    library.learn("fp", __import__("reflexa").Lesson("s", "m", "c", "fix"))
+    library.outcome("fp", False)
+    assert library.lookup("fp") is None
+
+
+def test_same_error_after_reflection_stops_with_no_progress():
+    lookup, _ = flaky_tool(10)
+    model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", "use key good"),
+                           act("lookup", key="b", thought="other")])
+    result = react("find it", [lookup], model=model)
+    assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 3
+
+
+def test_correction_equal_to_the_failing_action_stops():
+    lookup, _ = flaky_tool(10)
+    model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", 'lookup({"key": "a"})')])
+    result = react("find it", [lookup], model=model)
+    assert result.stop_reason is StopReason.NO_PROGRESS
+
+
+def test_blocked_tool_stays_blocked():
+    lookup, state = flaky_tool(1)
+
+    @tool
+    def other() -> str:
+        return "other value"
+
+    model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", "stop using lookup",
+                                                          control="block_tool", control_tool="lookup"),
+                           act("lookup", key="good", thought="try again"), act("other", thought="fine"),
+                           final("other value")])
+    store = MemoryStore()
+    result = react("find it", [lookup, other], model=model, store=store, budget=Budget(max_iterations=8, max_reflections=1))
+    assert state["calls"] == 1  # the blocked call never ran
+    codes = [s.output["code"] for s in store.steps(result.run_id) if s.kind == "react"]
+    assert codes[1] == "BLOCKED"
+
+
+def test_reflection_quota():
+    calls = {"n": 0}
+
+    @tool
+    def fragile(key: str) -> str:
+        calls["n"] += 1
+        raise ToolError(ErrorCode.TOOL_ERROR, f"failure number {'abc'[calls['n'] % 3]}{key}")
+
+    model = ScriptedModel([act("fragile", key="x"), lesson("failure number", "try y"),
+                           act("fragile", key="y", thought="t2"), lesson("failure number", "try z"),
+                           act("fragile", key="z", thought="t3"), act("fragile", key="w", thought="t4")])
+    result = react("q", [fragile], model=model, budget=Budget(max_iterations=4, max_reflections=2))
+    assert result.counters["reflector_calls"] == 2 and result.counters["quota_skips"] >= 1
+
+
+def test_repeated_action_is_a_signal():
+    lookup, _ = flaky_tool(0)
+    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good", thought="again"),
+                           lesson("lookup", "answer with the value you have"), final("value of good")])
+    result = react("find it", [lookup], model=model)
+    assert result.passed and result.counters["gate_signals"] == 1
+
+
+def test_low_confidence_is_a_signal():
+    lookup, _ = flaky_tool(0)
+    model = ScriptedModel([act("lookup", key="good", confidence=0.1), lesson("lookup", "be sure"), final("x")])
+    result = react("find it", [lookup], model=model)
+    assert result.counters["gate_signals"] == 1
+
+
+def test_timeout_is_retried_once_by_rule():
+    state = {"n": 0}
+
+    @tool(timeout=0.2)
+    def slow() -> str:
+        state["n"] += 1
+        if state["n"] == 1:
+            import time
+            time.sleep(1)
+        return "answer"
+
+    model = ScriptedModel([act("slow"), final("answer")])
+    result = react("q", [slow], model=model)
+    assert result.passed and result.counters["rule_repairs"] == 1 and model.calls == 2
+
+
+def test_truncated_observation_is_paged_by_rule():
+    @tool(max_chars=50)
+    def dump() -> str:
+        return "".join(f"row{i};" for i in range(30))
+
+    model = ScriptedModel([act("dump"), final("done")])
+    store = MemoryStore()
+    result = react("q", [dump], model=model, store=store)
+    assert result.passed and result.counters["rule_repairs"] == 1 and model.calls == 2
+    actions = [s.input["action"] for s in store.steps(result.run_id) if s.kind == "react"]
+    assert actions[1] == "page 1 of dump"
+
+
+class Crash(BaseException):
+    """Stands in for the process being killed."""
+
+
+def test_killed_run_resumes_without_repeating_a_side_effect(tmp_path):
+    from reflexa import SQLiteStore
+
+    charges = []
+
+    @tool(side_effect=True)
+    def charge(amount: int) -> str:
+        """Charge the customer."""
+        charges.append(amount)
+        return f"charged {amount}"
+
+    path = tmp_path / "trace.db"
+
+    def killer(event, data):
+        if event == "step" and data.kind == "react":
+            raise Crash()
+
+    model = ScriptedModel([act("charge", amount=5)])
+    with pytest.raises(Crash):
+        react("charge 5", [charge], model=model, store=SQLiteStore(path), observer=killer)
+    run_id = SQLiteStore(path).runs()[0].run_id
+    # The kill came after the charge and its step were stored; the resumed run must go on from there.
+    resumed = ScriptedModel([final("charged 5")])
+    result = react("charge 5", [charge], model=resumed, store=SQLiteStore(path), resume=run_id)
+    assert result.passed and charges == [5] and result.run_id == run_id
+    assert "charged 5" in resumed.prompts[0][-1]["content"]
+
+
+def test_crash_during_an_effect_is_not_repeated_on_resume(tmp_path):
+    from reflexa import SQLiteStore
+
+    charges = []
+
+    @tool(side_effect=True)
+    def charge(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) == 1:
+            raise Crash()  # dies inside the call: the effect's outcome is unknown
+        return f"charged {amount}"
+
+    path = tmp_path / "trace.db"
+    with pytest.raises(Crash):
+        react("charge", [charge], model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path))
+    run_id = SQLiteStore(path).runs()[0].run_id
+    result = react("charge", [charge], model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path),
+                   resume=run_id)
+    assert charges == [5]
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "interrupted" in result.error
+
+
+def test_trial_lesson_reaches_the_next_trial(shop):
+    store = MemoryStore()
+    inner = ScriptedModel([final("wrong"), final("right")])
+    outer = ScriptedModel([lesson("trial ended", "answer right, not wrong")])
+
+    def attempt(lessons):
+        return react("q", sql_tools(shop), model=inner, lessons=lessons, store=store,
+                     validator=lambda a: None if a == "right" else f"{a} is not the answer",
+                     budget=Budget(max_iterations=1))
+
+    result = trials("q", attempt, model=outer, store=store)
+    assert result.passed and result.iterations == 2
+    assert "answer right, not wrong" in inner.prompts[1][-1]["content"]
+    trial_steps = [s for s in store.steps(result.run_id) if s.kind == "trial"]
+    assert len(trial_steps) == 2 and trial_steps[1].input["lessons"][0]["correction"] == "answer right, not wrong"
+
+
+def test_trials_with_refine():
+    class Expect:
+        name, subjective = "expect", False
+
+        def run(self, candidate, context):
+            ok = candidate.strip() == "good"
+            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, f"got {candidate.strip()}", score=0.0)
+
+    inner = ScriptedModel(["```\nbad\n```", "```\ngood\n```"])
+    outer = ScriptedModel([lesson("got bad", "write good")])
+    result = trials("t", lambda lessons: refine("t", [Expect()], model=inner, lessons=lessons,
+                                                 budget=Budget(max_iterations=1)), model=outer)
+    assert result.passed and "write good" in inner.prompts[1][-1]["content"]

@@ -1,0 +1,159 @@
+import time
+
+import pytest
+from pydantic import BaseModel
+
+from reflexa.errors import ConfigError
+from reflexa.tools import ToolError, ToolRegistry, sql_tools, tool
+from reflexa.trace.store import MemoryStore
+from reflexa.types import Control, ErrorCode
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+class Refund(BaseModel):
+    order_id: int
+    amount: float
+
+
+def test_typed_function_becomes_a_validated_tool():
+    registry = ToolRegistry([add])
+    assert registry.call("add", {"a": 2, "b": 3}).output == "5"
+    bad = registry.call("add", {"a": "two", "b": 3})
+    assert not bad.ok and bad.code is ErrorCode.SCHEMA
+
+
+def test_schema_error_offers_a_close_match_rename():
+    bad = ToolRegistry([add]).call("add", {"a": 1, "bb": 2})
+    assert bad.code is ErrorCode.SCHEMA and bad.suggestion == {"a": 1, "b": 2}
+
+
+def test_bad_call_never_runs_the_tool():
+    calls = []
+
+    @tool
+    def record(x: int) -> str:
+        calls.append(x)
+        return "ok"
+
+    assert ToolRegistry([record]).call("record", {"x": "nope"}).code is ErrorCode.SCHEMA
+    assert calls == []
+
+
+def test_pydantic_model_tool():
+    @tool(side_effect=True)
+    def refund(request: Refund) -> str:
+        """Refund an order."""
+        return f"refunded {request.amount} on {request.order_id}"
+
+    registry = ToolRegistry([refund])
+    assert registry.call("refund", {"order_id": 7, "amount": 5}).output == "refunded 5.0 on 7"
+
+
+def test_timeout_and_exception_codes():
+    @tool(timeout=0.2)
+    def slow() -> str:
+        time.sleep(2)
+        return "late"
+
+    @tool
+    def missing(key: str) -> str:
+        return {}[key]
+
+    @tool
+    def denied() -> str:
+        raise PermissionError("no")
+
+    @tool
+    def explicit() -> str:
+        raise ToolError(ErrorCode.NOT_FOUND, "no order 9", fatal=True)
+
+    registry = ToolRegistry([slow, missing, denied, explicit])
+    started = time.monotonic()
+    assert registry.call("slow", {}).code is ErrorCode.TIMEOUT
+    assert time.monotonic() - started < 1.0
+    assert registry.call("missing", {"key": "x"}).code is ErrorCode.NOT_FOUND
+    assert registry.call("denied", {}).code is ErrorCode.PERMISSION
+    fatal = registry.call("explicit", {})
+    assert fatal.code is ErrorCode.NOT_FOUND and fatal.fatal
+    assert registry.call("nope", {}).code is ErrorCode.NOT_FOUND
+
+
+def test_output_is_capped_and_pageable():
+    @tool(max_chars=100)
+    def big() -> str:
+        return "x" * 250
+
+    registry = ToolRegistry([big])
+    first = registry.call("big", {})
+    assert first.truncated and len(first.output) == 100 and "truncated" in first.shown()
+    second = registry.page(first, 1)
+    assert second is not None and len(second.output) == 100 and second.truncated
+    assert registry.page(first, 2).output == "x" * 50
+    assert registry.page(first, 3) is None
+
+
+def test_empty_result_legal_or_not():
+    @tool(empty_ok=False)
+    def lookup() -> str:
+        return ""
+
+    @tool
+    def search() -> list:
+        return []
+
+    registry = ToolRegistry([lookup, search])
+    assert registry.call("lookup", {}).code is ErrorCode.EMPTY
+    assert registry.call("search", {}).ok
+
+
+def test_blocks_are_enforced():
+    registry = ToolRegistry([add])
+    registry.blocks.apply(Control("block_value", "add", "a", "1"))
+    assert registry.call("add", {"a": 1, "b": 1}).code is ErrorCode.BLOCKED
+    assert registry.call("add", {"a": 2, "b": 1}).ok
+    registry.blocks.apply(Control("block_tool", "add"))
+    assert registry.call("add", {"a": 2, "b": 1}).code is ErrorCode.BLOCKED
+
+
+def test_side_effects_are_idempotent_by_key():
+    effects = []
+
+    @tool(side_effect=True)
+    def charge(amount: int) -> str:
+        effects.append(amount)
+        return f"charged {amount}"
+
+    store = MemoryStore()
+    registry = ToolRegistry([charge])
+    first = registry.call("charge", {"amount": 5}, effect_key="k1", effects=store)
+    again = registry.call("charge", {"amount": 5}, effect_key="k1", effects=store)
+    assert effects == [5] and again.replayed and again.output == first.output
+
+
+def test_sql_tools_read_only_by_default(shop):
+    registry = ToolRegistry(sql_tools(shop))
+    assert "customers" in registry.call("list_tables", {}).output
+    assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
+    rows = registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"})
+    assert rows.output.splitlines() == ["n", "400"]
+    write = registry.call("query", {"sql": "DELETE FROM orders"})
+    assert write.code is ErrorCode.PERMISSION
+
+
+def test_sql_unknown_column_suggests_a_close_match(shop):
+    registry = ToolRegistry(sql_tools(shop))
+    wrong = registry.call("query", {"sql": "SELECT nme FROM customers LIMIT 1"})
+    assert wrong.code is ErrorCode.NOT_FOUND and "did you mean name" in wrong.message
+    assert wrong.suggestion == {"sql": "SELECT name FROM customers LIMIT 1"}
+    table = registry.call("describe_table", {"table": "custmers"})
+    assert table.code is ErrorCode.NOT_FOUND and table.suggestion == {"table": "customers"}
+
+
+def test_sql_missing_database_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError):
+        sql_tools(tmp_path / "none.sqlite")
