@@ -42,3 +42,11 @@ def test_whole_refine_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1
     assert store.get_run(result.run_id).stop_reason == result.stop_reason
+
+
+def test_whole_react_run_on_the_shop_ends_with_a_valid_stop_reason(embedded, shop):
+    from reflexa import react, sql_tools
+
+    result = react("How many orders are there?", sql_tools(shop), model=embedded, budget=Budget(max_iterations=3))
+    assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
+    assert result.usage["generator"].calls >= 1

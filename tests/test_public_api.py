@@ -4,11 +4,12 @@ import sys
 import reflexa
 
 PUBLIC = [
-    "Budget", "Check", "CheckContext", "CommandCheck", "Completion", "ConfigError", "ErrorCode", "JsonSchemaCheck", "LLMJudge",
-    "Lesson", "Limits", "MemoryStore", "Model", "ModelError", "ModelNotInstalled", "ModelUnavailable",
-    "PytestCheck", "PythonScriptCheck", "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore",
-    "Sandbox", "SandboxError", "ScriptedModel", "Signal", "Status", "Step", "StopReason", "StoreError",
-    "Usage", "Verdict", "refine", "resolve_model",
+    "Budget", "Check", "CheckContext", "CommandCheck", "Completion", "ConfigError", "Control", "ErrorCode",
+    "ExperienceLibrary", "Governor", "JsonSchemaCheck", "LLMJudge", "Lesson", "Limits", "MemoryStore", "Model",
+    "ModelError", "ModelNotInstalled", "ModelUnavailable", "Observation", "PytestCheck", "PythonScriptCheck",
+    "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore", "Sandbox", "SandboxError", "ScriptedModel",
+    "Signal", "Status", "Step", "StopReason", "StoreError", "Tool", "ToolError", "ToolRegistry", "Usage",
+    "Verdict", "react", "refine", "resolve_model", "sql_tools", "tool", "trials",
 ]
 
 

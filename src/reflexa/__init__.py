@@ -5,6 +5,9 @@ into a short structured lesson, and retry within a hard budget.
     >>> result = refine("Write is_prime(n: int) -> bool", [PytestCheck("test_solution.py")])
     >>> result.stop_reason, result.best
 
+    >>> from reflexa import react, sql_tools
+    >>> result = react("Which customer spent the most in 2024?", sql_tools("shop.sqlite"))
+
 Names are loaded on first use, so `import reflexa` stays cheap (no pydantic, no llama.cpp).
 """
 
@@ -17,9 +20,22 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # loops
+    "react": "reflexa.loops.react",
     "refine": "reflexa.loops.refine",
+    "trials": "reflexa.loops.trials",
+    # engine
+    "ExperienceLibrary": "reflexa.reflect.experience",
+    "Governor": "reflexa.reflect.governor",
+    # tools
+    "Observation": "reflexa.tools.registry",
+    "Tool": "reflexa.tools.registry",
+    "ToolError": "reflexa.tools.registry",
+    "ToolRegistry": "reflexa.tools.registry",
+    "sql_tools": "reflexa.tools.sql",
+    "tool": "reflexa.tools.registry",
     # core types
     "Budget": "reflexa.types",
+    "Control": "reflexa.types",
     "ErrorCode": "reflexa.types",
     "Lesson": "reflexa.types",
     "Result": "reflexa.types",
@@ -81,11 +97,17 @@ if TYPE_CHECKING:
     from .evaluate.checks import (Check, CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
                                   PythonScriptCheck, RegexCheck)
     from .evaluate.sandbox import Limits, Sandbox
+    from .loops.react import react
     from .loops.refine import refine
+    from .loops.trials import trials
+    from .reflect.experience import ExperienceLibrary
+    from .reflect.governor import Governor
+    from .tools.registry import Observation, Tool, ToolError, ToolRegistry, tool
+    from .tools.sql import sql_tools
     from .models.base import Completion, Model
     from .models.scripted import ScriptedModel
     from .models.spec import resolve as resolve_model
     from .trace.sqlite import SQLiteStore
     from .trace.store import MemoryStore
-    from .types import (Budget, ErrorCode, Lesson, Result, Role, Signal, Status, Step, StopReason, Usage,
+    from .types import (Budget, Control, ErrorCode, Lesson, Result, Role, Signal, Status, Step, StopReason, Usage,
                         Verdict)

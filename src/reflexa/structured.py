@@ -17,6 +17,17 @@ from pydantic import BaseModel, ValidationError
 Schema = type[BaseModel] | dict[str, Any]
 Message = dict[str, str]
 
+
+def capped(limit: int) -> Any:
+    """A string capped at `limit` characters twice over: the schema says maxLength (a grammar-constrained
+    backend cannot exceed it), and a longer string from any other backend is cut, not rejected."""
+    from typing import Annotated
+
+    from pydantic import AfterValidator, WithJsonSchema
+
+    return Annotated[str, AfterValidator(lambda text: text if len(text) <= limit else text[: limit - 1] + "…"),
+                     WithJsonSchema({"type": "string", "maxLength": limit})]
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 

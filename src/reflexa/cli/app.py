@@ -28,8 +28,8 @@ errors = Console(stderr=True)
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec: local, openai:MODEL, "
                      "openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, scripted:FILE. Default: $REFLEXA_MODEL, "
                      "reflexa.toml, then local.", show_default=False)]
-DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Trace store file. Default: $REFLEXA_DB, else the "
-                  "user data directory.", show_default=False)]
+TraceOpt = Annotated[Optional[Path], typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
+                     "trace.db in the user data directory.", show_default=False)]
 
 
 @contextmanager
@@ -44,10 +44,10 @@ def clean_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def open_store(db: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
+def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
     from ..trace.sqlite import SQLiteStore
 
-    return SQLiteStore(db)
+    return SQLiteStore(path)
 
 
 def read_task(task: str) -> str:
@@ -81,15 +81,15 @@ def refine(
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds each check may run.")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
-    db: DbOpt = None,
+    trace: TraceOpt = None,
 ) -> None:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     with clean_errors():
         from ..evaluate import CommandCheck, LLMJudge, Limits, PytestCheck, Sandbox
         from ..loops.refine import refine as run_refine
         from ..models.spec import resolve
-        from ..types import Budget, StopReason
-        from .render import LiveView, print_summary
+        from ..types import Budget
+        from .render import LiveView
 
         if context not in ("latest", "full"):
             raise ConfigError(f"--context must be latest or full, not {context!r}")
@@ -109,7 +109,7 @@ def refine(
         if not checks:
             raise ConfigError("nothing to check the answer against", hint="give --tests FILE, --check CMD or --judge")
         llm = resolve(model)
-        store = open_store(db)
+        store = open_store(trace)
         view = None if as_json else LiveView(console, verbose=verbose)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
                         max_iterations=max_iterations)
@@ -121,22 +121,132 @@ def refine(
                 view.stop_spinner()
         if out is not None and result.best is not None:
             out.write_text(result.best if result.best.endswith("\n") else result.best + "\n")
-        if as_json:
-            print(json.dumps(result.to_dict(), default=str, indent=2))
-        else:
-            print_summary(console, result)
-            if out is not None and result.best is not None:
-                console.print(f"best candidate written to {out}")
-        if result.stop_reason is StopReason.ERROR:
             if not as_json:
-                errors.print(f"[bold red]error:[/bold red] {result.error}", highlight=False)
-            raise typer.Exit(1)
-        if not result.passed:
-            raise typer.Exit(3)
+                console.print(f"best candidate written to {out}")
+        _finish_cli(result, as_json=as_json)
+
+
+def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imported lazily
+    """Print a result and exit with the code that says how it ended."""
+    from ..types import StopReason
+    from .render import print_summary
+
+    if as_json:
+        print(json.dumps(result.to_dict(), default=str, indent=2))
+    else:
+        print_summary(console, result)
+    if result.stop_reason is StopReason.ERROR:
+        if not as_json:
+            errors.print(f"[bold red]error:[/bold red] {result.error}", highlight=False)
+        raise typer.Exit(1)
+    if not result.passed:
+        raise typer.Exit(3)
+
+
+def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, trials_count: int,  # noqa: ANN001
+               experience: bool, as_json: bool, verbose: bool, trace: Path | None, resume: str | None = None):
+    from ..loops import react as run_react
+    from ..loops import trials as run_trials
+    from ..models.spec import resolve
+    from ..reflect import ExperienceLibrary
+    from ..tools import sql_tools
+    from .render import LiveView
+
+    tools = sql_tools(db, write=write)
+    llm = resolve(model)
+    store = open_store(trace)
+    library = ExperienceLibrary(store) if experience else None
+    view = None if as_json else LiveView(console, verbose=verbose)
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write}
+    try:
+        if trials_count <= 1 or resume:
+            return run_react(goal, tools, model=llm, budget=budget, store=store, observer=view,
+                             experience=library, meta=meta, resume=resume)
+        return run_trials(goal, lambda lessons: run_react(goal, tools, model=llm, budget=budget, lessons=lessons,
+                                                         store=store, observer=view, experience=library, meta=meta),
+                          model=llm, max_trials=trials_count, store=store, observer=view, experience=library)
+    finally:
+        if view:
+            view.stop_spinner()
 
 
 @app.command()
-def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20, db: DbOpt = None) -> None:
+def react(
+    goal: Annotated[str, typer.Argument(help="The question or goal.")],
+    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute tool).")] = False,
+    model: ModelOpt = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget.")] = None,
+    max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    max_reflections: Annotated[int, typer.Option(min=0, help="Reflector calls per run.")] = 2,
+    trials_count: Annotated[int, typer.Option("--trials", min=1, help="Whole attempts, each learning from the "
+                            "last one's failure.")] = 1,
+    experience: Annotated[bool, typer.Option(help="Reuse and record repairs in the experience library.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Answer a question with tools (the bundled SQL toolset), reflecting only on failure signals."""
+    with clean_errors():
+        from ..types import Budget
+
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
+                        max_iterations=max_steps, max_reflections=max_reflections)
+        result = _react_run(goal, db=db, write=write, model=model, budget=budget, trials_count=trials_count,
+                            experience=experience, as_json=as_json, verbose=verbose, trace=trace)
+        _finish_cli(result, as_json=as_json)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The killed react run: its id or a unique prefix.")],
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Continue a killed react run from its last stored step, without repeating a side-effecting tool."""
+    with clean_errors():
+        from ..types import Budget
+
+        record = open_store(trace).get_run(run_id)
+        if record is None:
+            raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")
+        if record.loop != "react" or record.meta.get("toolset") != "sql":
+            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run; the CLI resumes react runs",
+                              hint="resume other loops from Python with resume=RUN_ID")
+        budget = Budget(**record.meta["budget"])
+        result = _react_run(record.task, db=Path(record.meta["db"]), write=record.meta["write"], model=model,
+                            budget=budget, trials_count=1, experience=True, as_json=as_json, verbose=verbose,
+                            trace=trace, resume=record.run_id)
+        _finish_cli(result, as_json=as_json)
+
+
+@app.command("experience")
+def experience_cmd(trace: TraceOpt = None) -> None:
+    """The repairs the experience library has learned: trigger, repair, hits, success rate."""
+    with clean_errors():
+        from datetime import datetime
+
+        from rich.table import Table
+
+        from ..reflect import ExperienceLibrary
+
+        table = Table("trigger", "repair", "hits", "success rate", "created", "last used")
+        for entry in sorted(ExperienceLibrary(open_store(trace)).entries(), key=lambda e: -e.last_used):
+            tried = entry.successes + entry.failures
+            rate = f"{entry.successes / tried:.0%} of {tried}" if tried else "untried"
+            table.add_row(entry.fingerprint[:70], entry.lesson["correction"][:70], str(entry.hits),
+                          rate + (" (demoted)" if entry.demoted else ""),
+                          datetime.fromtimestamp(entry.created_at).strftime("%Y-%m-%d %H:%M"),
+                          datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M"))
+        console.print(table)
+
+
+@app.command()
+def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20, trace: TraceOpt = None) -> None:
     """List stored runs, newest first."""
     with clean_errors():
         from datetime import datetime
@@ -144,7 +254,7 @@ def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
         from rich.table import Table
 
         table = Table("run", "loop", "started", "stop reason", "tokens", "task")
-        for record in open_store(db).runs(limit):
+        for record in open_store(trace).runs(limit):
             tokens = (record.result or {}).get("total_usage", {})
             table.add_row(record.run_id[:12], record.loop,
                           datetime.fromtimestamp(record.started_at).strftime("%Y-%m-%d %H:%M:%S"),
@@ -158,13 +268,13 @@ def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
 def show(
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
-    db: DbOpt = None,
+    trace: TraceOpt = None,
 ) -> None:
     """Print one run step by step."""
     with clean_errors():
         from .render import counters_line, print_step, usage_table
 
-        store = open_store(db)
+        store = open_store(trace)
         record = store.get_run(run_id)
         if record is None:
             raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")

@@ -65,6 +65,14 @@ def print_step(console: Console, step: Step | dict[str, Any], *, verbose: bool =
                           f"  [cyan]correction[/cyan]: {escape(lesson['correction'])}")
         if out.get("repair"):
             console.print(f"  [cyan]repair[/cyan]: {escape(str(out['repair']))}")
+    elif kind == "react":
+        mark = "[green]✓[/green]" if out["ok"] else f"[red]✗ {out.get('code')}[/red]"
+        replay = " [dim](replayed, not run again)[/dim]" if out.get("replayed") else ""
+        console.print(f"[bold]step {s['input']['step']}[/bold] {escape(s['input']['thought'])}\n"
+                      f"  {escape(s['input']['action'])} {mark}{replay}\n"
+                      f"  [dim]{escape(_snippet(out['observation'], 6))}[/dim]")
+    elif kind == "trial":
+        console.rule(f"trial {s['input']['trial']}: {out['stop_reason']}")
     elif kind in ("no_progress", "flag"):
         console.print(f"[magenta]{kind}[/magenta]: {escape(out.get('why', ''))}")
     elif kind == "stop":
@@ -107,5 +115,5 @@ def print_summary(console: Console, result: Result) -> None:
         console.print(f"[yellow]{escape(note)}[/yellow]")
     if line := counters_line(result.counters):
         console.print(escape(line))
-    console.print(f"run {result.run_id[:12]}: {result.iterations} attempt(s), {result.steps} steps stored. "
+    console.print(f"run {result.run_id[:12]}: {result.iterations} iteration(s), {result.steps} steps stored. "
                   f"Details: reflexa show {result.run_id[:12]}")

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, field_validator
 
-from ..structured import Message, extract_json
+from ..structured import Message, capped, extract_json
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap
 from .sandbox import ExecResult, Limits, Sandbox
 
@@ -214,7 +214,7 @@ class Judgement(BaseModel):
     """What the LLM judge answers."""
 
     status: Literal["PASS", "NEEDS_IMPROVEMENT", "FAIL"]
-    reason: str = Field(max_length=300)
+    reason: capped(300)
 
     _norm = field_validator("status", mode="before")(_status)
 

@@ -59,8 +59,11 @@ def react(
     answer: str | None = None
 
     def finish(reason: StopReason, error: str | None = None) -> Result:
+        notes = ["the final answer was not validated: no validator was given"] if (
+            reason is StopReason.PASSED and validator is None) else []
         return run.finish(reason, output=answer, best=answer if reason is StopReason.PASSED else None, verdict=None,
-                          iterations=state["step"], error=error, counters=engine.finish(reason is StopReason.PASSED))
+                          iterations=state["step"], error=error, counters=engine.finish(reason is StopReason.PASSED),
+                          notes=notes)
 
     try:
         while state["step"] < budget.max_iterations:

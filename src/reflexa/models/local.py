@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.util
+import json
 import os
 import threading
 from pathlib import Path
@@ -59,6 +61,23 @@ def _close_all() -> None:
     _loaded.clear()
 
 
+# llama-cpp-python's schema converter lets a JSON string hold raw control characters, which JSON forbids;
+# a small model then rambles across lines inside one string until max_tokens. Use llama.cpp's own rule.
+_LAX_CHAR = 'char ::= [^"\\\\]'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F]'
+
+
+@functools.lru_cache(maxsize=64)
+def json_grammar(schema_json: str) -> Any:
+    """A llama.cpp grammar that only admits JSON valid for the schema (strings without raw control chars)."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+    gbnf = json_schema_to_gbnf(schema_json)
+    if _LAX_CHAR not in gbnf:  # a converter change: fail loudly rather than decode unconstrained
+        raise ModelError("unexpected grammar from llama-cpp-python's schema converter")
+    return LlamaGrammar.from_string(gbnf.replace(_LAX_CHAR, _JSON_CHAR), verbose=False)
+
+
 class LocalModel(Model):
     """A GGUF model run in-process. A schema is enforced by llama.cpp's JSON-schema grammar, so a
     structured reply always parses (its content can still be wrong).
@@ -87,7 +106,7 @@ class LocalModel(Model):
     ) -> Generation:
         kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
         if json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
+            kwargs["grammar"] = json_grammar(json.dumps(json_schema))  # key order is the grammar's field order
         llama = self.llama
         with self._lock:
             try:

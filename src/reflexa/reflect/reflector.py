@@ -12,8 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from ..structured import capped
 from ..types import LESSON_FIELD_CHARS, Control, Lesson, Role, Signal, cap
 
 if TYPE_CHECKING:
@@ -33,16 +34,16 @@ SYSTEM = (
 
 
 class Reflection(BaseModel):
-    """What the reflector answers. Lengths are capped by the schema and again in code."""
+    """What the reflector answers: every string capped (schema and code), the reply by REPLY_TOKENS."""
 
-    failure_step: str = Field(max_length=LESSON_FIELD_CHARS)
-    observed_mismatch: str = Field(max_length=LESSON_FIELD_CHARS)
-    root_cause: str = Field(max_length=LESSON_FIELD_CHARS)
-    correction: str = Field(max_length=LESSON_FIELD_CHARS)
+    failure_step: capped(LESSON_FIELD_CHARS)
+    observed_mismatch: capped(LESSON_FIELD_CHARS)
+    root_cause: capped(LESSON_FIELD_CHARS)
+    correction: capped(LESSON_FIELD_CHARS)
     control: Literal["none", "block_tool", "block_value", "force_action"] = "none"
-    control_tool: str = Field("", max_length=80)
-    control_arg: str = Field("", max_length=80)
-    control_value: str = Field("", max_length=300)
+    control_tool: capped(80) = ""
+    control_arg: capped(80) = ""
+    control_value: capped(300) = ""
 
 
 def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: Signal, snippet: str) -> str:

@@ -53,8 +53,8 @@ one transaction together with its version bump, so a crash leaves the schema at 
 
 
 def default_path() -> Path:
-    """$REFLEXA_DB, else trace.db in the user's data directory."""
-    if env := os.environ.get("REFLEXA_DB"):
+    """$REFLEXA_TRACE, else trace.db in the user's data directory."""
+    if env := os.environ.get("REFLEXA_TRACE"):
         return Path(env)
     from platformdirs import user_data_dir
 
@@ -77,7 +77,7 @@ class SQLiteStore:
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the trace store at {self.path}: {exc}",
-                             hint="pass --db PATH or set REFLEXA_DB to a writable file") from None
+                             hint="pass --trace PATH or set REFLEXA_TRACE to a writable file") from None
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]

@@ -1,0 +1,98 @@
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from reflexa.cli.app import app
+
+runner = CliRunner()
+
+
+def act(tool, thought, **args):
+    return {"thought": thought, "tool": tool, "args": args, "confidence": 0.9}
+
+
+def replies(tmp_path, name, *items):
+    path = tmp_path / name
+    path.write_text(json.dumps(list(items)))
+    return f"scripted:{path}"
+
+
+def test_react_answers_from_the_database(tmp_path, shop):
+    spec = replies(tmp_path, "r.json", act("query", "count them", sql="SELECT count(*) FROM orders"),
+                   act("final_answer", "done", answer="400"))
+    result = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--model", spec])
+    assert result.exit_code == 0, result.output
+    assert "step 1" in result.output and "400" in result.output and "PASSED" in result.output
+    assert "not validated" in result.output
+
+
+def test_react_typo_is_repaired_and_experience_is_listed(tmp_path, shop):
+    spec = replies(tmp_path, "r.json", act("query", "who", sql="SELECT nme FROM customers WHERE id = 1"),
+                   act("final_answer", "done", answer="x"))
+    result = runner.invoke(app, ["react", "--db", str(shop), "Name of customer 1?", "--model", spec, "--json"])
+    data = json.loads(result.output)
+    assert data["counters"]["rule_repairs"] == 1 and data["total_usage"]["calls"] == 2
+    listing = runner.invoke(app, ["experience"])
+    assert listing.exit_code == 0 and "trigger" in listing.output
+
+
+def test_react_missing_database_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["react", "--db", str(tmp_path / "none.sqlite"), "q", "--model", "scripted:x.json"])
+    assert result.exit_code == 2 and "database not found" in result.output
+
+
+def test_resume_refuses_a_finished_run(tmp_path, shop):
+    spec = replies(tmp_path, "r.json", act("final_answer", "done", answer="x"))
+    data = json.loads(runner.invoke(app, ["react", "--db", str(shop), "q", "--model", spec, "--json"]).output)
+    result = runner.invoke(app, ["resume", data["run_id"], "--model", spec])
+    assert result.exit_code == 2 and "already finished" in result.output
+
+
+SLOW = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) "
+        "SELECT count(*) FROM c")
+
+
+def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
+    trace = tmp_path / "trace.db"
+    first = replies(tmp_path, "first.json",
+                    act("execute", "record the refund", sql="INSERT INTO refunds VALUES (999, 1, 5.0, '2024-05-01')"),
+                    act("query", "a slow check", sql=SLOW))
+    env = {**os.environ, "REFLEXA_TRACE": str(trace)}
+    proc = subprocess.Popen([sys.executable, "-m", "reflexa.cli", "react", "--db", str(shop), "--write",
+                             "Refund order 1", "--model", first], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(trace) as db:
+                if db.execute("SELECT count(*) FROM steps WHERE kind = 'react'").fetchone()[0] >= 1:
+                    break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.05)
+    time.sleep(0.5)  # now inside the slow query of step 2
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(trace) as db:
+        run_id, status = db.execute("SELECT run_id, status FROM runs").fetchone()
+    assert status == "running"
+
+    # The resumed run goes on at step 2: the write of step 1 is not chosen, nor run, again.
+    second = replies(tmp_path, "second.json", act("query", "check it", sql="SELECT amount FROM refunds WHERE id = 999"),
+                     act("final_answer", "done", answer="refunded"))
+    result = subprocess.run([sys.executable, "-m", "reflexa.cli", "resume", run_id[:10], "--model", second],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "step 2" in result.stdout and "step 1" not in result.stdout
+    with sqlite3.connect(shop) as db:
+        assert db.execute("SELECT count(*) FROM refunds WHERE id = 999").fetchone()[0] == 1
+    with sqlite3.connect(trace) as db:
+        actions = [json.loads(r[0])["action"] for r in db.execute(
+            "SELECT input FROM steps WHERE kind = 'react' ORDER BY step_id")]
+        assert sum("INSERT" in a for a in actions) == 1 and len(actions) == 3

@@ -1,0 +1,132 @@
+import random
+
+import pytest
+
+from reflexa import Budget, MemoryStore, ScriptedModel, Signal, StopReason
+from reflexa.loops import refine
+from reflexa.reflect import Decision, Facts, Governor, classify
+from reflexa.reflect.governor import wilson_upper
+from reflexa.reflect.workspace import Workspace
+from reflexa.types import Control, ErrorCode, Lesson
+
+
+def sig(code, message="boom"):
+    return Signal("tool:t", False, code, message)
+
+
+@pytest.mark.parametrize(
+    "signal,facts,decision,repair",
+    [
+        (sig(ErrorCode.PERMISSION), Facts(), Decision.UNRECOVERABLE, None),
+        (sig(ErrorCode.NOT_FOUND), Facts(fatal=True), Decision.UNRECOVERABLE, None),
+        (sig(ErrorCode.TOOL_ERROR), Facts(fatal=True), Decision.UNRECOVERABLE, None),
+        (sig(ErrorCode.NOT_FOUND), Facts(suggestion={"sql": "x"}), Decision.RULE, "args"),
+        (sig(ErrorCode.SCHEMA), Facts(suggestion={"a": 1}), Decision.RULE, "args"),
+        (sig(ErrorCode.TIMEOUT), Facts(), Decision.RULE, "retry"),
+        (sig(ErrorCode.TOO_LONG), Facts(can_page=True), Decision.RULE, "page"),
+        # Ambiguous cases go to reflection, never to a rule:
+        (sig(ErrorCode.NOT_FOUND), Facts(), Decision.REFLECT, None),
+        (sig(ErrorCode.SCHEMA), Facts(), Decision.REFLECT, None),
+        (sig(ErrorCode.TIMEOUT), Facts(timeouts_before=1), Decision.REFLECT, None),
+        (sig(ErrorCode.TIMEOUT), Facts(retryable=False), Decision.REFLECT, None),
+        (sig(ErrorCode.TOO_LONG), Facts(), Decision.REFLECT, None),
+        (sig(ErrorCode.EMPTY), Facts(), Decision.REFLECT, None),
+        (sig(ErrorCode.TOOL_ERROR), Facts(), Decision.REFLECT, None),
+        (sig(ErrorCode.VALIDATION_FAILED), Facts(), Decision.REFLECT, None),
+    ],
+)
+def test_classifier_branches(signal, facts, decision, repair):
+    result = classify(signal, facts)
+    assert result.decision is decision
+    assert (result.repair.kind if result.repair else None) == repair
+
+
+def test_workspace_keeps_three_facts_and_applies_lessons():
+    ws = Workspace("goal")
+    for i in "abcde":
+        ws.add_fact(f"fact {i}")
+    assert ws.facts == ["fact c", "fact d", "fact e"]
+    ws.apply(Lesson("s", "m", "c", "do x", Control("force_action", "query", args={"sql": "SELECT 1"})))
+    assert ws.forced == {"tool": "query", "args": {"sql": "SELECT 1"}}
+    assert "do x" in ws.render()
+    assert Workspace.from_dict(ws.to_dict()) == ws
+
+
+def test_wilson_upper_bound():
+    assert wilson_upper(0, 0) == 1.0
+    assert wilson_upper(0, 30) < 0.1 < wilson_upper(0, 10)
+    assert wilson_upper(5, 10) > 0.5
+
+
+def never_converts(store, governor, runs):
+    """Refine runs whose retries never pass: each is one non-converting sample."""
+    class Never:
+        name, subjective = "never", False
+
+        def run(self, candidate, context):
+            return Signal("never", False, ErrorCode.TEST_FAILED, f"wrong {candidate.strip()}", score=0.5)
+
+    results = []
+    for i in range(runs):
+        words = ["alpha", "bravo", "charlie"]
+        model = ScriptedModel([f"```\n{w}{'x' * i}\n```" if j % 2 == 0 else
+                               {"failure_step": "a", "observed_mismatch": "wrong", "root_cause": "r", "correction": "c"}
+                               for j, w in enumerate([words[0], "", words[1], "", words[2]])])
+        results.append(refine(f"task {i}", [Never()], model=model, store=store, governor=governor, family="demo"))
+    return results
+
+
+def test_governor_cuts_retries_after_enough_non_converting_samples():
+    store = MemoryStore()
+    governor = Governor(store, min_samples=10, min_rate=0.1, probe_rate=0.0)
+    results = never_converts(store, governor, 30)
+    assert all(r.iterations == 3 for r in results[:10])
+    cut = [r for r in results if r.notes]
+    assert cut and all(r.iterations == 1 and "single attempt" in r.notes[0] for r in cut)
+    stats = governor.stats("scripted", "demo")
+    assert stats.samples >= 10 and stats.conversions == 0
+
+
+def test_governor_probes_at_its_rate():
+    store = MemoryStore()
+    never_converts(store, Governor(store, min_samples=5, probe_rate=0.0), 30)
+    governor = Governor(store, min_samples=5, probe_rate=0.5, rng=random.Random(3))
+    plans = [governor.plan("scripted", "demo", f"t{i}", Budget()) for i in range(200)]
+    probes = sum(p.probe for p in plans)
+    assert 70 < probes < 130
+    assert all(p.budget.max_iterations == 3 for p in plans if p.probe)
+    assert all(p.budget.max_iterations == 1 for p in plans if not p.probe)
+
+
+def test_governor_restores_retries_when_conversions_appear():
+    store = MemoryStore()
+    governor = Governor(store, min_samples=5, probe_rate=0.0)
+    for i in range(30):
+        governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
+    assert governor.plan("m", "f", "new", Budget()).budget.max_iterations == 1
+    for i in range(20):
+        governor.record("m", "f", f"u{i}", retried=True, converted=True, retry_tokens=100)
+    plan = governor.plan("m", "f", "new", Budget())
+    assert plan.budget.max_iterations == 3 and plan.note is None
+
+
+def test_governor_keeps_retries_for_a_task_reflection_converted():
+    store = MemoryStore()
+    governor = Governor(store, min_samples=5, probe_rate=0.0)
+    governor.record("m", "f", "special", retried=True, converted=True, retry_tokens=10)
+    for i in range(60):
+        governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
+    assert governor.plan("m", "f", "other", Budget()).budget.max_iterations == 2  # one retry: some conversion
+    assert governor.plan("m", "f", "special", Budget()).budget.max_iterations == 3
+
+
+def test_no_signal_means_no_reflection_in_refine():
+    class Ok:
+        name, subjective = "ok", False
+
+        def run(self, candidate, context):
+            return Signal("ok", True, score=1.0)
+
+    result = refine("t", [Ok()], model=ScriptedModel(["```\nx\n```"]))
+    assert result.counters["gate_calls"] == 1 and result.counters["reflector_calls"] == 0
+    assert result.stop_reason is StopReason.PASSED
