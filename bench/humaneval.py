@@ -1,12 +1,15 @@
-"""HumanEval on the embedded model: one attempt vs `refine` with test signals.
+"""HumanEval on the embedded model: one attempt vs `refine` with test signals, with and without the governor.
 
     .venv/bin/python bench/humaneval.py [--problems 40] [--model local] [--out bench/results/humaneval.json]
 
 Strategies, side by side on the same problems:
-  single        one attempt, no reflection (refine with max_iterations=1)
-  refine        up to 3 attempts, test signals, the model explains failures; context "latest"
-  refine-full   the same with context "full" (every earlier attempt in the prompt)
+  single           one attempt, no reflection (refine with max_iterations=1)
+  refine           up to 3 attempts, test signals, the reflector explains failures; context "latest"
+  refine-full      the same with context "full" (every earlier attempt in the prompt)
+  governor-pass1   `refine` with the ROI governor, starting cold (its statistics live in a fresh store)
+  governor-pass2   the same problems again, the governor warmed by pass 1
 Reports pass@1, tokens and calls per problem, and tokens per solved problem. Tests run in the sandbox.
+Greedy decoding makes `refine` deterministic, so its second pass without the governor equals its first.
 """
 
 from __future__ import annotations
@@ -14,18 +17,21 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
 import re
 import time
 from importlib.resources import files
 from pathlib import Path
 
-from reflexa import Budget, CheckContext, MemoryStore, PythonScriptCheck, refine, resolve_model
+from reflexa import Budget, CheckContext, Governor, MemoryStore, PythonScriptCheck, refine, resolve_model
 from reflexa.types import Signal
 
 STRATEGIES = {
     "single": {"budget": Budget(max_iterations=1)},
     "refine": {"budget": Budget(max_iterations=3), "context": "latest"},
     "refine-full": {"budget": Budget(max_iterations=3), "context": "full"},
+    "governor-pass1": {"budget": Budget(max_iterations=3), "context": "latest"},
+    "governor-pass2": {"budget": Budget(max_iterations=3), "context": "latest"},
 }
 
 
@@ -73,14 +79,18 @@ def main() -> None:
     model = resolve_model(args.model)
     problems = load(args.problems)
     report: dict = {"model": model.name, "problems": len(problems), "strategies": {}}
+    governed = MemoryStore()  # shared by both governor passes: pass 2 sees what pass 1 learned
+    governor = Governor(governed, rng=random.Random(0))
     for name in args.strategies.split(","):
         rows, started = [], time.monotonic()
         for problem in problems:
+            extra = {"governor": governor, "family": "humaneval"} if name.startswith("governor") else {}
             result = refine(task_text(problem), [HumanEvalCheck(problem)], model=model, store=MemoryStore(),
-                            max_tokens=args.max_tokens, **STRATEGIES[name])
+                            max_tokens=args.max_tokens, **STRATEGIES[name], **extra)
             total = result.total_usage
             rows.append({"task_id": problem["task_id"], "passed": result.passed, "stop": result.stop_reason.value,
-                         "tokens": total.total_tokens, "calls": total.calls, "iterations": result.iterations})
+                         "tokens": total.total_tokens, "calls": total.calls, "iterations": result.iterations,
+                         "governor": result.notes[0] if result.notes else None})
         solved = sum(r["passed"] for r in rows)
         tokens = sum(r["tokens"] for r in rows)
         report["strategies"][name] = {
@@ -93,7 +103,10 @@ def main() -> None:
             "stops": {s: sum(r["stop"] == s for r in rows) for s in sorted({r["stop"] for r in rows})},
             "rows": rows,
         }
-        print(f"{name:12s} solved {solved}/{len(rows)}  tokens/problem {tokens / len(rows):7.0f}  "
+        if name.startswith("governor"):
+            report["strategies"][name]["governor_cut"] = sum(bool(r["governor"]) and "cut" in r["governor"] for r in rows)
+            report["strategies"][name]["governor_probes"] = sum(bool(r["governor"]) and "probe" in r["governor"] for r in rows)
+        print(f"{name:15s} solved {solved}/{len(rows)}  tokens/problem {tokens / len(rows):7.0f}  "
               f"calls/problem {report['strategies'][name]['calls_per_problem']:.2f}  "
               f"tokens/solved {tokens / solved if solved else float('nan'):8.0f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

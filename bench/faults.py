@@ -1,0 +1,201 @@
+"""Fault-injection suite for `react`: questions over a generated shop database, with flaky, slow and
+verbose tools, each question with a checkable answer.
+
+    .venv/bin/python bench/faults.py [--model local] [--steps 5] [--out bench/results/faults.json]
+
+Strategies, side by side on the same tasks:
+  (a) none        a plain ReAct loop: full history in the prompt, no reflection
+  (b) every-step  the same, plus a reflection call after every step over the full history
+  (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 reuses pass 1's library)
+Reports success rate, tokens, model calls, reflector calls, the experience hit rate on the second pass,
+and steps from an error to the next clean step. The answer key is used only to score, never shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reflexa import (Budget, ExperienceLibrary, MemoryStore, Result, Tool, ToolError, ToolRegistry, react,
+                     resolve_model, sql_tools)
+from reflexa.loops import react_prompts as prompts
+from reflexa.reflect.reflector import Reflection
+from reflexa.runtime import Run
+from reflexa.types import ErrorCode, Role
+
+QUESTIONS = [
+    ("How many orders are there?", "SELECT count(*) FROM orders"),
+    ("How many customers live in Lisbon?", "SELECT count(*) FROM customers WHERE city = 'Lisbon'"),
+    ("What is the price of the tent?", "SELECT price FROM products WHERE name = 'tent'"),
+    ("How many refunds were issued?", "SELECT count(*) FROM refunds"),
+    ("Which city has the most customers?",
+     "SELECT city FROM customers GROUP BY city ORDER BY count(*) DESC, city LIMIT 1"),
+    ("How many orders were cancelled?", "SELECT count(*) FROM orders WHERE status = 'cancelled'"),
+    ("What is the most expensive product?", "SELECT name FROM products ORDER BY price DESC LIMIT 1"),
+    ("Which customer placed the most orders?",
+     "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id "
+     "ORDER BY count(*) DESC, c.name LIMIT 1"),
+]
+FAULTS = ["none", "flaky", "slow", "verbose"]
+
+
+@dataclass
+class Task:
+    question: str
+    answer: str
+    fault: str
+
+
+def load_shop(path: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("make_shop", Path(__file__).parent.parent / "examples/shop/make_shop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.build(path)
+
+
+def tasks(db: Path) -> list[Task]:
+    with sqlite3.connect(db) as conn:
+        truth = [(q, str(conn.execute(sql).fetchone()[0])) for q, sql in QUESTIONS]
+    return [Task(q, a, fault) for fault in FAULTS for q, a in truth]
+
+
+def faulty_tools(db: Path, fault: str) -> list[Tool]:
+    """The SQL tools with one kind of fault injected: the first two calls fail (flaky), the first call
+    hangs past its timeout (slow), or every output drowns in 3,000 characters of noise (verbose)."""
+    calls = {"n": 0}
+    wrapped = []
+    for original in sql_tools(db):
+        def function(*args: Any, _fn=original.function, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            if fault == "flaky" and calls["n"] <= 2:
+                raise ToolError(ErrorCode.TOOL_ERROR, "database is busy (lock held by a backup); call again")
+            if fault == "slow" and calls["n"] == 1:
+                time.sleep(1.5)
+            out = _fn(*args, **kwargs)
+            return ("-- diagnostics: " + "x" * 3000 + "\n" + out) if fault == "verbose" else out
+
+        wrapped.append(Tool(original.name, original.description, function, original.args_model,
+                            timeout=1.0 if fault == "slow" else original.timeout))
+    return wrapped
+
+
+def correct(answer: str | None, expected: str) -> bool:
+    if not answer:
+        return False
+    if re.fullmatch(r"-?\d+(\.\d+)?", expected):
+        numbers = re.findall(r"-?\d+(?:\.\d+)?", answer)
+        return any(float(n) == float(expected) for n in numbers)
+    return expected.lower() in answer.lower()
+
+
+def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, steps: int) -> tuple[Result, list[int]]:
+    """(a) and (b): the common tutorial loop, every earlier step in the prompt."""
+    run = Run("baseline", goal, model, budget=Budget(max_iterations=steps))
+    schema = prompts.action_schema(registry)
+    history: list[str] = []
+    lessons: list[str] = []
+    answer, error_since, recoveries = None, None, []
+    for step in range(1, steps + 1):
+        user = f"Goal: {goal}\n\nSteps so far:\n" + "\n".join(history) + (
+            "\n\nReflections:\n" + "\n".join(lessons) if lessons else "")
+        reply = run.call(Role.GENERATOR, [{"role": "system", "content": prompts.SYSTEM + registry.describe()},
+                                          {"role": "user", "content": user}], schema=schema, max_tokens=256)
+        if reply is None or reply.value is None:
+            history.append(f"{step}. invalid reply")
+            continue
+        tool, args = reply.value["tool"], reply.value["args"]
+        if tool == prompts.FINAL:
+            answer = str(args.get("answer", ""))
+            break
+        observation = registry.call(tool, args)
+        history.append(f"{step}. {tool}({json.dumps(args)}) -> {observation.shown()}")
+        if not observation.ok and error_since is None:
+            error_since = step
+        elif observation.ok and error_since is not None:
+            recoveries.append(step - error_since)
+            error_since = None
+        if reflect:
+            critique = run.call(Role.REFLECTOR, [{"role": "user", "content": user + "\n" + history[-1] +
+                                                   "\n\nReflect on the last step as JSON: failure_step, "
+                                                   "observed_mismatch, root_cause, correction."}],
+                                schema=Reflection, max_tokens=256, reask=False)
+            if critique is not None and critique.value is not None:
+                lessons.append(f"- {critique.value.correction}")
+    result = run.finish(run.budget_stop or __import__("reflexa").StopReason.MAX_ITERATIONS, output=answer,
+                        best=answer, verdict=None, iterations=step)
+    return result, recoveries
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    recoveries = [r for row in rows for r in row["recoveries"]]
+    return {
+        "tasks": n,
+        "success_rate": sum(r["success"] for r in rows) / n,
+        "tokens_per_task": sum(r["tokens"] for r in rows) / n,
+        "calls_per_task": sum(r["calls"] for r in rows) / n,
+        "reflector_calls": sum(r["reflector_calls"] for r in rows),
+        "errors_recovered": len(recoveries),
+        "mean_steps_error_to_recovery": sum(recoveries) / len(recoveries) if recoveries else None,
+        "by_fault": {f: sum(r["success"] for r in rows if r["fault"] == f) for f in FAULTS},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="local")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
+    args = parser.parse_args()
+    model = resolve_model(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = load_shop(Path(tmp) / "shop.sqlite")
+        suite = tasks(db)[: args.limit or None]
+        store = MemoryStore()
+        library = ExperienceLibrary(store)
+        report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
+        for name in ("none", "every-step", "reflexa", "reflexa-pass2"):
+            rows = []
+            for task in suite:
+                registry = ToolRegistry(faulty_tools(db, task.fault))
+                if name.startswith("reflexa"):
+                    result = react(task.question, registry, model=model, store=store, experience=library,
+                                   budget=Budget(max_iterations=args.steps))
+                    recoveries = result.counters["recovery_steps"]
+                else:
+                    result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step",
+                                                  steps=args.steps)
+                usage = result.total_usage
+                rows.append({"question": task.question, "fault": task.fault, "answer": result.output,
+                             "expected": task.answer, "success": correct(result.output, task.answer),
+                             "stop": result.stop_reason.value, "tokens": usage.total_tokens, "calls": usage.calls,
+                             "reflector_calls": result.usage.get("reflector").calls if "reflector" in result.usage else 0,
+                             "recoveries": recoveries, "counters": result.counters})
+            summary = summarise(rows)
+            if name.startswith("reflexa"):
+                hits = sum(r["counters"]["experience_hits"] for r in rows)
+                misses = sum(r["counters"]["experience_misses"] for r in rows)
+                summary["experience_hit_rate"] = hits / (hits + misses) if hits + misses else None
+                summary["rule_repairs"] = sum(r["counters"]["rule_repairs"] for r in rows)
+            report["strategies"][name] = {**summary, "rows": rows}
+            print(f"{name:14s} success {summary['success_rate']:.0%}  tokens/task {summary['tokens_per_task']:6.0f}  "
+                  f"calls/task {summary['calls_per_task']:.2f}  reflector calls {summary['reflector_calls']:3d}  "
+                  f"recovered {summary['errors_recovered']} (mean {summary['mean_steps_error_to_recovery']} steps)"
+                  + (f"  experience hit rate {summary['experience_hit_rate']}" if name.startswith("reflexa") else ""),
+                  flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The benchmark scripts still run (with the scripted model and tiny sizes); their figures come from bench/."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def run(*args: str) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_loop_overhead_script():
+    out = run("bench/loop_overhead.py", "--iterations", "20", "--repeats", "1")
+    assert "refine, sqlite store" in out and "import reflexa" in out
+
+
+def test_faults_script(tmp_path):
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([{"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}
+                                   for i in range(100)]))
+    out_file = tmp_path / "faults.json"
+    out = run("bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2",
+              "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
+    assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
+    assert "experience hit rate" in out
