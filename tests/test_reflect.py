@@ -130,3 +130,32 @@ def test_no_signal_means_no_reflection_in_refine():
     result = refine("t", [Ok()], model=ScriptedModel(["```\nx\n```"]))
     assert result.counters["gate_calls"] == 1 and result.counters["reflector_calls"] == 0
     assert result.stop_reason is StopReason.PASSED
+
+
+def test_governor_cuts_reflections_in_react_loops():
+    store = MemoryStore()
+    governor = Governor(store, min_samples=5, probe_rate=0.0)
+    for i in range(30):
+        governor.record("m", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
+    plan = governor.plan("m", "sql", "new", Budget(max_iterations=8, max_reflections=2), cut="reflections")
+    assert plan.budget.max_iterations == 8 and plan.budget.max_reflections == 0 and "reflections cut" in plan.note
+
+
+def test_react_records_to_and_obeys_the_governor(shop):
+    from reflexa import react, sql_tools
+
+    store = MemoryStore()
+    governor = Governor(store, min_samples=3, probe_rate=0.0)
+    model = ScriptedModel([{"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}},
+                           {"failure_step": "1", "observed_mismatch": "nowhere", "root_cause": "r", "correction": "c"},
+                           {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}])
+    first = react("q0", sql_tools(shop), model=model, governor=governor, family="sql",
+                  validator=lambda a: "wrong", budget=Budget(max_iterations=2))
+    assert not first.passed and governor.stats("scripted", "sql").samples == 1
+    for i in range(30):
+        governor.record("scripted", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
+    model = ScriptedModel([{"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}},
+                           {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}])
+    result = react("q9", sql_tools(shop), model=model, governor=governor, family="sql", validator=lambda a: None)
+    assert result.notes and "reflections cut to" in result.notes[0]
+    assert result.counters["reflector_calls"] == 0 and result.passed

@@ -9,12 +9,13 @@ from typing import Any
 
 from ..errors import ModelError
 from ..models.base import Model
-from ..reflect import Engine, ExperienceLibrary, Facts, Outcome, Workspace
+from ..reflect import Engine, ExperienceLibrary, Facts, Governor, Outcome, Workspace
+from ..reflect.governor import Plan
 from ..reflect.gate import step_signals
 from ..runtime import Observer, Run
 from ..tools.registry import Observation, Tool, ToolRegistry, effect_key
 from ..trace.store import Store
-from ..types import Budget, ErrorCode, Lesson, Result, Role, StopReason
+from ..types import Budget, ErrorCode, Lesson, Result, Role, StopReason, Usage
 from . import react_prompts as prompts
 
 MAX_STEPS = 8
@@ -35,6 +36,8 @@ def react(
     store: Store | None = None,
     observer: Observer | None = None,
     experience: ExperienceLibrary | None = None,
+    governor: Governor | None = None,
+    family: str = "react",
     meta: dict[str, Any] | None = None,
     resume: str | None = None,
 ) -> Result:
@@ -51,6 +54,8 @@ def react(
 
         model = resolve()
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    plan = governor.plan(model.name, family, goal, budget, cut="reflections") if governor else Plan(budget)
+    budget = plan.budget
     run = Run("react", goal, model, budget=budget, store=store, observer=observer, meta=meta, resume=resume)
     engine = Engine(run, experience=experience, quota=budget.max_reflections)
     state = _restore(run, goal, lessons, registry)
@@ -59,11 +64,17 @@ def react(
     answer: str | None = None
 
     def finish(reason: StopReason, error: str | None = None) -> Result:
-        notes = ["the final answer was not validated: no validator was given"] if (
-            reason is StopReason.PASSED and validator is None) else []
-        return run.finish(reason, output=answer, best=answer if reason is StopReason.PASSED else None, verdict=None,
-                          iterations=state["step"], error=error, counters=engine.finish(reason is StopReason.PASSED),
-                          notes=notes)
+        notes = [plan.note] if plan.note else []
+        if reason is StopReason.PASSED and validator is None:
+            notes.append("the final answer was not validated: no validator was given")
+        result = run.finish(reason, output=answer, best=answer if reason is StopReason.PASSED else None,
+                            verdict=None, iterations=state["step"], error=error,
+                            counters=engine.finish(reason is StopReason.PASSED), notes=notes)
+        if governor:
+            lessons = result.counters["reflector_calls"] + result.counters["experience_hits"]
+            governor.record(model.name, family, goal, retried=lessons > 0, converted=result.passed,
+                            retry_tokens=result.usage.get("reflector", Usage()).total_tokens)
+        return result
 
     try:
         while state["step"] < budget.max_iterations:

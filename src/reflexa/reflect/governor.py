@@ -71,8 +71,11 @@ class Governor:
         data = self.store.get(NAMESPACE, f"{model}|{family}")
         return Stats(**data) if data else Stats()
 
-    def plan(self, model: str, family: str, task: str, budget: Budget) -> Plan:
-        if budget.max_iterations <= 1:
+    def plan(self, model: str, family: str, task: str, budget: Budget, *, cut: str = "retries") -> Plan:
+        """The budget for one run. `cut` says what to trim when reflection does not pay: "retries" (attempt
+        loops such as refine: down to one attempt, or two) or "reflections" (step loops such as react,
+        whose steps are not retries: down to no reflector call, or one)."""
+        if budget.max_iterations <= 1 and cut == "retries":
             return Plan(budget)
         stats = self.stats(model, family)
         if stats.samples < self.min_samples:
@@ -86,11 +89,15 @@ class Governor:
                     f"{model} (95% upper bound {upper:.0%} < {self.min_rate:.0%})")
         if self.rng.random() < self.probe_rate:
             return Plan(budget, f"governor: probe with full retries; {evidence}", probe=True)
+        if cut == "reflections":
+            allowed = 0 if stats.conversions == 0 else 1
+            return Plan(replace(budget, max_reflections=allowed),
+                        f"governor: reflections cut to {allowed}; {evidence}")
         if stats.conversions == 0:
-            cut = replace(budget, max_iterations=1, max_reflections=0)
-            return Plan(cut, f"governor: retries cut to a single attempt; {evidence}")
-        cut = replace(budget, max_iterations=min(2, budget.max_iterations))
-        return Plan(cut, f"governor: retries cut to one; {evidence}")
+            return Plan(replace(budget, max_iterations=1, max_reflections=0),
+                        f"governor: retries cut to a single attempt; {evidence}")
+        return Plan(replace(budget, max_iterations=min(2, budget.max_iterations)),
+                    f"governor: retries cut to one; {evidence}")
 
     def record(self, model: str, family: str, task: str, *, retried: bool, converted: bool, retry_tokens: int) -> None:
         """Count one run: `retried` when it failed its first attempt and made reflected retries."""
