@@ -281,3 +281,21 @@ def test_trials_with_refine():
     result = trials("t", lambda lessons: refine("t", [Expect()], model=inner, lessons=lessons,
                                                  budget=Budget(max_iterations=1)), model=outer)
     assert result.passed and "write good" in inner.prompts[1][-1]["content"]
+
+
+def test_similar_thoughts_count_as_repeats_by_embedding():
+    lookup, _ = flaky_tool(0)
+    close = lambda a, b: 0.9  # noqa: E731 - every pair of thoughts looks alike to this stand-in
+    model = ScriptedModel([act("lookup", "first look", key="one"), act("lookup", "a second look", key="two"),
+                           lesson("lookup", "answer now"), final("x")])
+    result = react("find it", [lookup], model=model, similarity=close)
+    assert result.counters["gate_signals"] == 1
+
+
+def test_real_embedding_similarity_when_installed():
+    from reflexa.reflect import embeddings
+
+    if not embeddings.available():
+        pytest.skip("embeddings extra not installed (pip install 'reflexa[embeddings]')")
+    assert embeddings.cosine("I should count the orders", "Let me count the orders") >= 0.85
+    assert embeddings.cosine("I should count the orders", "The tent costs 210") < 0.85

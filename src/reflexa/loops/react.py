@@ -11,7 +11,8 @@ from ..errors import ModelError
 from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary, Facts, Governor, Outcome, Workspace
 from ..reflect.governor import Plan
-from ..reflect.gate import step_signals
+from ..reflect import embeddings
+from ..reflect.gate import Similarity, step_signals
 from ..runtime import Observer, Run
 from ..tools.registry import Observation, Tool, ToolRegistry, effect_key
 from ..trace.store import Store
@@ -38,13 +39,15 @@ def react(
     experience: ExperienceLibrary | None = None,
     governor: Governor | None = None,
     family: str = "react",
+    similarity: Similarity | None = None,
     meta: dict[str, Any] | None = None,
     resume: str | None = None,
 ) -> Result:
     """Pursue `goal` with `tools` for at most budget.max_iterations steps (default 8).
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
-    answer is the `final_answer` action, never a phrase in text. A step's failure signals go through
+    answer is the `final_answer` action, never a phrase in text. `similarity` judges repeated thoughts
+    (default: all-MiniLM-L6-v2 when installed, else normalised text). A step's failure signals go through
     the reflection engine: a rule repair, a stop, a reused or new lesson, or nothing. Every step is
     stored with a snapshot of the loop's state, so `resume=RUN_ID` continues a killed run from its last
     step without repeating a side-effecting tool.
@@ -58,6 +61,7 @@ def react(
     budget = plan.budget
     run = Run("react", goal, model, budget=budget, store=store, observer=observer, meta=meta, resume=resume)
     engine = Engine(run, experience=experience, quota=budget.max_reflections)
+    similarity = similarity or embeddings.similarity()  # embedding-based repeat detection when installed
     state = _restore(run, goal, lessons, registry)
     ws: Workspace = state["workspace"]
     schema = prompts.action_schema(registry)
@@ -104,7 +108,7 @@ def react(
                 source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
                 message=observation.message, truncated=observation.truncated, action=action, thought=thought,
                 earlier_actions=state["actions"], earlier_thoughts=state["thoughts"], confidence=confidence,
-                evidence=observation.shown()[:300])
+                evidence=observation.shown()[:300], similarity=similarity)
             if observation.ok:
                 # Only successful actions count as repeats: a failed one that recurs is the engine's to judge.
                 state["actions"].append(action)
