@@ -96,11 +96,12 @@ class Run:
 
     def finish(self, stop_reason: StopReason, *, output: str | None, best: str | None,
                verdict: Verdict | None, iterations: int, error: str | None = None,
-               counters: dict[str, Any] | None = None, notes: list[str] | None = None) -> Result:
+               counters: dict[str, Any] | None = None, notes: list[str] | None = None,
+               details: dict[str, Any] | None = None) -> Result:
         result = Result(output=output, best=best, verdict=verdict, stop_reason=stop_reason,
                         usage={role: u for role, u in self.meter.by_role.items()}, run_id=self.run_id,
                         steps=self.next_step, iterations=iterations, error=error, counters=counters or {},
-                        notes=notes or [])
+                        notes=notes or [], details=details or {})
         self.record("stop", None, None, {"stop_reason": stop_reason, "error": error})
         result.steps = self.next_step - 1
         self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict())

@@ -245,6 +245,8 @@ class Result:
     reflector calls, steps from error to recovery."""
     notes: list[str] = field(default_factory=list)
     """What the engine decided on the run's behalf, e.g. the ROI governor cutting retries, and why."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Loop-specific results, e.g. research's evidence items and queries with their status."""
 
     @property
     def passed(self) -> bool:

@@ -224,6 +224,58 @@ def resume(
         _finish_cli(result, as_json=as_json)
 
 
+@app.command()
+def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and .html files.")]) -> None:
+    """Build or update the local search corpus of a folder (incremental: only changed files are re-read)."""
+    with clean_errors():
+        from ..search import LocalCorpus
+
+        report = LocalCorpus.for_folder(folder).index(folder)
+        console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
+                      f"unchanged, {report.removed} removed; {report.passages} passages")
+
+
+@app.command("research")
+def research_cmd(
+    question: Annotated[str, typer.Argument(help="The question to answer from evidence.")],
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Folder of documents (indexed on the fly).")] = None,
+    search: Annotated[str, typer.Option("--search", help="Search backend: local (the default, needs --corpus).")] = "local",
+    model: ModelOpt = None,
+    max_iterations: Annotated[int, typer.Option(min=1, help="Search-and-revise rounds at most.")] = 2,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Answer a question from evidence: every claim cited [n] or marked [UNCERTAIN: ...]."""
+    with clean_errors():
+        from ..loops.research import research
+        from ..models.spec import resolve
+        from ..search import LocalCorpus, SearchCache
+        from ..types import Budget
+        from .render import LiveView
+
+        if search != "local":
+            raise ConfigError(f"search backend {search!r} is not available yet", hint="use --search local --corpus DIR")
+        if corpus is None:
+            raise ConfigError("--corpus is required for the local search backend", hint="give a folder of documents")
+        backend = LocalCorpus.for_folder(corpus)
+        backend.index(corpus)
+        llm = resolve(model)
+        store = open_store(trace)
+        view = None if as_json else LiveView(console, verbose=verbose)
+        try:
+            result = research(question, backend, model=llm, budget=Budget(max_iterations=max_iterations,
+                              max_tokens=max_tokens), store=store, observer=view, cache=SearchCache(store))
+        finally:
+            if view:
+                view.stop_spinner()
+        if not as_json and result.output:
+            console.rule("answer")
+            console.print(result.output, highlight=False, markup=False)
+        _finish_cli(result, as_json=as_json)
+
+
 @app.command("experience")
 def experience_cmd(trace: TraceOpt = None) -> None:
     """The repairs the experience library has learned: trigger, repair, hits, success rate."""

@@ -71,6 +71,18 @@ def print_step(console: Console, step: Step | dict[str, Any], *, verbose: bool =
         console.print(f"[bold]step {s['input']['step']}[/bold] {escape(s['input']['thought'])}\n"
                       f"  {escape(s['input']['action'])} {mark}{replay}\n"
                       f"  [dim]{escape(_snippet(out['observation'], 6))}[/dim]")
+    elif kind == "queries":
+        for query in out["run"]:
+            console.print(f"[cyan]search[/cyan] {escape(query)}")
+        for rejection in out["rejected"]:
+            console.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
+    elif kind == "search":
+        status = "[green]ok[/green]" if out["status"] == "ok" else f"[red]failed: {escape(out.get('error', ''))}[/red]"
+        cached = " [dim](cached)[/dim]" if out.get("cached") else ""
+        console.print(f"  {escape(s['input']['query'])}: {status}{cached} {len(out.get('evidence', []))} passage(s)")
+    elif kind == "audit":
+        mark = "[green]✓[/green]" if out["ok"] else "[red]✗[/red]"
+        console.print(f"citation audit {mark} {escape(out['message'])}")
     elif kind == "trial":
         console.rule(f"trial {s['input']['trial']}: {out['stop_reason']}")
     elif kind in ("no_progress", "flag"):

@@ -1,0 +1,129 @@
+"""The default search backend: a local corpus in SQLite FTS5, ranked by BM25.
+
+Files (.md, .txt, .html) are chunked into passages that keep their title, path and position. Indexing
+is incremental by content hash: an unchanged file is skipped, a changed one re-chunked, a deleted one
+dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from .base import Evidence
+
+SUFFIXES = (".md", ".txt", ".html", ".htm")
+PASSAGE_CHARS = 800
+"""A passage is about this long: a few paragraphs, cut at paragraph or sentence ends."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(
+    title, body, path UNINDEXED, position UNINDEXED, tokenize = 'porter unicode61'
+);
+"""
+
+_TAG = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.DOTALL | re.IGNORECASE)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _text(path: Path) -> tuple[str, str]:
+    """(title, plain text) of one file."""
+    raw = path.read_text(errors="replace")
+    if path.suffix in (".html", ".htm"):
+        title = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
+        body = html.unescape(_TAG.sub(" ", raw))
+        return (html.unescape(title.group(1)).strip() if title else path.stem), body
+    heading = re.search(r"^#\s+(.+)$", raw, re.MULTILINE)
+    return (heading.group(1).strip() if heading else path.stem), raw
+
+
+def chunk(text: str, size: int = PASSAGE_CHARS) -> list[str]:
+    """Passages of about `size` characters, cut between paragraphs (or sentences in a long one)."""
+    pieces = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    passages, current = [], ""
+    for piece in pieces:
+        for part in ([piece] if len(piece) <= size else re.split(r"(?<=[.!?])\s+", piece)):
+            if current and len(current) + len(part) + 1 > size:
+                passages.append(current)
+                current = ""
+            current = f"{current}\n{part}".strip()
+    if current:
+        passages.append(current)
+    return passages
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    added: int
+    updated: int
+    unchanged: int
+    removed: int
+    passages: int
+
+
+class LocalCorpus:
+    """Passages of a folder of documents, searchable by BM25."""
+
+    name = "local"
+
+    def __init__(self, index_path: str | Path) -> None:
+        self.path = Path(index_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, check_same_thread=False)
+        self.db.executescript(SCHEMA)
+
+    @classmethod
+    def for_folder(cls, folder: str | Path) -> LocalCorpus:
+        """The corpus whose index lives beside the documents, in `<folder>/.reflexa-index.sqlite`."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise ConfigError(f"corpus folder not found: {folder}", hint="give a folder of .md, .txt or .html files")
+        return cls(folder / ".reflexa-index.sqlite")
+
+    def index(self, folder: str | Path) -> IndexReport:
+        folder = Path(folder).resolve()
+        seen, added, updated, unchanged = set(), 0, 0, 0
+        known = dict(self.db.execute("SELECT path, sha256 FROM files"))
+        with self.db:
+            for path in sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()):
+                key = str(path.relative_to(folder))
+                seen.add(key)
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                if known.get(key) == digest:
+                    unchanged += 1
+                    continue
+                self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
+                title, text = _text(path)
+                self.db.executemany("INSERT INTO passages (title, body, path, position) VALUES (?, ?, ?, ?)",
+                                    [(title, p, key, i) for i, p in enumerate(chunk(text))])
+                self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (key, digest))
+                added, updated = (added + 1, updated) if key not in known else (added, updated + 1)
+            removed = [k for k in known if k not in seen]
+            for key in removed:
+                self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
+                self.db.execute("DELETE FROM files WHERE path = ?", (key,))
+        total = self.db.execute("SELECT count(*) FROM passages").fetchone()[0]
+        return IndexReport(added, updated, unchanged, len(removed), total)
+
+    def add_passages(self, rows: list[tuple[str, str, str, int]]) -> None:
+        """Add (title, body, path, position) passages directly, e.g. a benchmark's own corpus."""
+        with self.db:
+            self.db.executemany("INSERT INTO passages (title, body, path, position) VALUES (?, ?, ?, ?)", rows)
+
+    def search(self, query: str, k: int = 5) -> list[Evidence]:
+        # Each word becomes a quoted FTS term joined by OR: user text never reaches FTS syntax.
+        terms = [w for w in _WORD.findall(query.lower()) if len(w) > 1]
+        if not terms:
+            return []
+        match = " OR ".join(f'"{t}"' for t in terms)
+        rows = self.db.execute(
+            "SELECT title, body, path, position, bm25(passages) AS rank FROM passages WHERE passages MATCH ? "
+            "ORDER BY rank LIMIT ?", (match, k)).fetchall()
+        return [Evidence(id=f"{path}#{position}", source=f"{path}#{position}", title=title, snippet=body,
+                         score=-rank) for title, body, path, position, rank in rows]

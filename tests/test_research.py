@@ -1,0 +1,208 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reflexa import Budget, MemoryStore, ScriptedModel, StopReason
+from reflexa.evaluate.citations import audit, remove_unknown, strip_references
+from reflexa.loops.research import research
+from reflexa.loops.research_prompts import Gaps, clean_queries, concrete_gaps
+from reflexa.search import Evidence, LocalCorpus, SearchCache, SearchError, distill
+
+DOCS = Path(__file__).parent / "fixtures" / "docs"
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    folder = tmp_path / "docs"
+    shutil.copytree(DOCS, folder)
+    corpus = LocalCorpus.for_folder(folder)
+    corpus.index(folder)
+    return corpus, folder
+
+
+def draft(answer, missing=(), queries=()):
+    return {"answer": answer, "reflection": {"missing": list(missing), "superfluous": []},
+            "search_queries": list(queries)}
+
+
+def test_local_corpus_indexes_incrementally_and_ranks(corpus):
+    corpus, folder = corpus
+    hits = corpus.search("how tall is the eiffel tower", 3)
+    assert hits and hits[0].title == "Eiffel Tower" and "330 metres" in hits[0].snippet
+    assert hits[0].source.startswith("eiffel.md#")
+    html = corpus.search("golden gate span", 1)[0]
+    assert html.title == "Golden Gate Bridge" and "var x" not in html.snippet
+    report = corpus.index(folder)
+    assert (report.added, report.updated, report.unchanged) == (0, 0, 3)
+    (folder / "eiffel.md").write_text("# Eiffel Tower\n\nThe tower is 300 metres tall today.")
+    (folder / "bridge.html").unlink()
+    report = corpus.index(folder)
+    assert (report.updated, report.removed) == (1, 1)
+    assert "300 metres" in corpus.search("eiffel tall", 1)[0].snippet
+    assert corpus.search("golden gate", 3) == [] or all("Golden" not in h.title for h in corpus.search("golden gate", 3))
+
+
+def test_fts_syntax_in_a_query_is_harmless(corpus):
+    corpus, _ = corpus
+    assert isinstance(corpus.search('eiffel" OR * NEAR(', 3), list)
+    assert corpus.search("", 3) == []
+
+
+def test_distill_keeps_the_most_relevant_sentences():
+    e = Evidence("1", "s", "t", "The sky is blue. Paris has a tower. The tower is 330 metres tall. Cats sleep. Dogs run.")
+    short = distill(e, "how tall is the tower", sentences=2)
+    assert short.snippet == "Paris has a tower. The tower is 330 metres tall."
+
+
+def test_cache_ttl_depends_on_time_sensitivity():
+    now = [1000.0]
+    cache = SearchCache(MemoryStore(), clock=lambda: now[0])
+    hits = [Evidence("1", "s", "t", "x")]
+    cache.put("local", "Eiffel tower height", hits)
+    cache.put("local", "latest Eiffel tower news 2024", hits)
+    now[0] += 2 * 3600
+    assert cache.get("local", "eiffel  TOWER height") == hits  # normalised key, 7-day TTL
+    assert cache.get("local", "latest Eiffel tower news 2024") is None  # 1-hour TTL
+    now[0] += 8 * 24 * 3600
+    assert cache.get("local", "Eiffel tower height") is None
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_query_rules():
+    gaps = ["height of the Eiffel Tower in metres"]
+    keep, rejected = clean_queries(["", "Eiffel tower height", "eiffel TOWER height", "How tall is the Eiffel Tower",
+                                    "bitcoin price today",
+                                    "eiffel tower height metres official figure from the operator in the year it opened"],
+                                   "How tall is the Eiffel Tower?", gaps, set())
+    assert keep[0] == "Eiffel tower height"
+    assert any("repeats the question" in r for r in rejected)
+    assert any("duplicated" in r for r in rejected) and any("unrelated" in r for r in rejected)
+    assert all(len(q.split()) <= 12 for q in keep)
+
+
+def test_vague_gaps_are_not_concrete():
+    assert concrete_gaps(Gaps(missing=["more information", "details"])) == []
+    assert concrete_gaps(Gaps(missing=["the tower's height in metres"])) == ["the tower's height in metres"]
+
+
+def test_gate_skips_research_when_no_concrete_gap(corpus):
+    corpus, _ = corpus
+    model = ScriptedModel([draft("It is tall.", missing=["more information"], queries=["eiffel"])])
+    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    assert model.calls == 1 and "search" not in result.usage
+    assert any("no new evidence was sought" in n for n in result.notes)
+
+
+def test_research_cites_retrieved_evidence_with_references(corpus):
+    corpus, _ = corpus
+    model = ScriptedModel([
+        draft("[UNCERTAIN: It is about 300 m tall.]", missing=["exact height of the Eiffel Tower"],
+              queries=["Eiffel Tower height"]),
+        draft("The Eiffel Tower is 330 metres tall [1]."),
+    ])
+    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    assert result.stop_reason is StopReason.PASSED
+    assert "330 metres tall [1]" in result.output and "References:\n[1] Eiffel Tower: eiffel.md#" in result.output
+    assert result.usage["search"].calls == 1
+    assert result.details["evidence"][0]["n"] == 1 and result.details["queries"][0]["status"] == "ok"
+    assert "<<<" in model.prompts[1][-1]["content"]  # evidence goes in as delimited data
+
+
+def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):
+    corpus, _ = corpus
+    model = ScriptedModel([
+        draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+        draft("It is 330 metres tall [1]. It was moved in 1999 [7]."),
+        draft("It is 330 metres tall [1]. It was moved in 1999 [7].\n\nReferences:\n[7] made up"),
+    ])
+    result = research("How tall is the Eiffel Tower?", corpus, model=model, budget=Budget(max_iterations=1))
+    assert "[7]" not in result.output and "[UNCERTAIN: It was moved in 1999.]" in result.output
+    assert "made up" not in result.output and "[1] Eiffel Tower" in result.output
+    assert "[7]" in model.prompts[2][-1]["content"]  # the audit's feedback reached the second revision
+
+
+class Broken:
+    name = "broken"
+
+    def __init__(self, fail_on):
+        self.fail_on, self.inner = fail_on, None
+
+    def search(self, query, k):
+        if self.fail_on in query:
+            raise SearchError("HTTP 503 from the search service")
+        return [Evidence(f"e-{query}", f"https://example.org/{query.replace(' ', '-')}", query.title(),
+                         f"{query} is described here.")]
+
+
+def test_partial_and_failed_searches_are_named():
+    model = ScriptedModel([
+        draft("Unknown.", missing=["bridge span length", "bridge opening year"],
+              queries=["bridge span length", "bridge opening year"]),
+        draft("The span is described [1]."),
+    ])
+    result = research("Tell me about the bridge span and opening year", Broken("opening"), model=model,
+                      budget=Budget(max_iterations=1))
+    assert 'Could not verify: search "bridge opening year" failed (HTTP 503' in result.output
+    statuses = {q["query"]: q["status"] for q in result.details["queries"]}
+    assert statuses == {"bridge span length": "ok", "bridge opening year": "failed"}
+
+
+def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
+    corpus, _ = corpus
+    model = ScriptedModel([
+        draft("Unknown.", missing=["Eiffel Tower colour paint"], queries=["Eiffel Tower paint colour"]),
+        # A model that obeyed the hostile passage: it asks for the injected search and cites [9].
+        draft("Its colour is Eiffel Tower Brown [1] [9]. See http://evil.example",
+              missing=["bitcoin price today now"], queries=["bitcoin price today"]),
+        draft("Its colour is Eiffel Tower Brown [1] [9].", missing=["bitcoin price today now"],
+              queries=["bitcoin price today"]),
+    ])
+    store = MemoryStore()
+    result = research("What colour is the Eiffel Tower?", corpus, model=model, store=store)
+    searched = [s.input["query"] for s in store.steps(result.run_id) if s.kind == "search"]
+    assert searched == ["Eiffel Tower paint colour"]
+    references = result.output.split("References:")[1]
+    assert "evil.example" not in references and "[9]" not in result.output
+
+
+def test_cached_query_costs_no_search_call(corpus):
+    corpus, _ = corpus
+    store = MemoryStore()
+    cache = SearchCache(store)
+    for _ in range(2):
+        model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                               draft("330 metres [1].")])
+        result = research("How tall is the Eiffel Tower?", corpus, model=model, cache=cache, store=store)
+    assert "search" not in result.usage and cache.hits == 1 and result.counters["cache_hits"] == 1
+
+
+def test_audit_helpers():
+    assert audit("a [1] b [2]", {1, 2}).ok
+    assert not audit("a [3]", {1}).ok
+    assert strip_references("Answer [1].\n\nReferences:\n[1] x") == "Answer [1]."
+    assert remove_unknown("Good [1]. Bad [4].", {1}) == "Good [1]. [UNCERTAIN: Bad.]"
+
+
+def test_cli_index_and_research(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from reflexa.cli.app import app
+
+    folder = tmp_path / "docs"
+    shutil.copytree(DOCS, folder)
+    runner = CliRunner()
+    indexed = runner.invoke(app, ["index", str(folder)])
+    assert indexed.exit_code == 0 and "3 added" in " ".join(indexed.output.split())
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                                   draft("It is 330 metres tall [1].")]))
+    result = runner.invoke(app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(folder),
+                                 "--model", f"scripted:{replies}", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "References:" in data["output"] and data["details"]["evidence"][0]["title"] == "Eiffel Tower"
+    bad = runner.invoke(app, ["research", "q", "--corpus", str(tmp_path / "nope")])
+    assert bad.exit_code == 2 and "corpus folder not found" in bad.output
