@@ -111,7 +111,7 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
         if reply is None or reply.value is None:
             history.append(f"{step}. invalid reply")
             continue
-        tool, args = reply.value["tool"], reply.value["args"]
+        tool, args = reply.value["action"]["tool"], reply.value["action"]["args"]
         if tool == prompts.FINAL:
             answer = str(args.get("answer", ""))
             break

@@ -21,7 +21,7 @@ def test_loop_overhead_script():
 
 def test_faults_script(tmp_path):
     replies = tmp_path / "r.json"
-    replies.write_text(json.dumps([{"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}
+    replies.write_text(json.dumps([{"action": {"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}}
                                    for i in range(100)]))
     out_file = tmp_path / "faults.json"
     out = run("bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2",

@@ -131,3 +131,17 @@ def test_config_file_and_environment_choose_the_model(tmp_path, monkeypatch):
     assert configured_spec() == "openai:gpt-4o-mini"
     monkeypatch.setenv("REFLEXA_MODEL", "scripted:x.json")
     assert configured_spec() == "scripted:x.json"
+
+
+def test_long_one_line_task_is_text(tmp_path):
+    spec = replies(tmp_path, RIGHT)
+    task = "Write is_prime(n: int) -> bool. " * 12
+    result = runner.invoke(app, ["refine", "--task", task, "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec])
+    assert result.exit_code == 0, result.output
+
+
+def test_out_outside_the_directory_is_refused_for_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["refine", "--task", "t", "--check", "true", "--out", str(tmp_path / "x" / ".." / "s.py"),
+                                 "--model", "scripted:r.json"])
+    assert result.exit_code == 2 and "--out must be a path inside" in result.output

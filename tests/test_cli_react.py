@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 def act(tool, thought, **args):
-    return {"thought": thought, "tool": tool, "args": args, "confidence": 0.9}
+    return {"action": {"thought": thought, "tool": tool, "args": args, "confidence": 0.9}}
 
 
 def replies(tmp_path, name, *items):

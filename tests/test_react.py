@@ -12,7 +12,7 @@ WORDS = iter(f"thought {a}{b}" for a in "abcdefghijklmnopqrstuvwxyz" for b in "a
 
 def act(tool_name, thought=None, confidence=0.9, **args):
     # Distinct thoughts by default: a repeated thought is itself a failure signal.
-    return {"thought": thought or next(WORDS), "tool": tool_name, "args": args, "confidence": confidence}
+    return {"action": {"thought": thought or next(WORDS), "tool": tool_name, "args": args, "confidence": confidence}}
 
 
 def final(answer):
@@ -299,3 +299,40 @@ def test_real_embedding_similarity_when_installed():
         pytest.skip("embeddings extra not installed (pip install 'reflexa[embeddings]')")
     assert embeddings.cosine("I should count the orders", "Let me count the orders") >= 0.85
     assert embeddings.cosine("I should count the orders", "The tent costs 210") < 0.85
+
+
+def test_resume_after_a_reflection_keeps_the_lesson_and_the_quota(tmp_path):
+    from reflexa import SQLiteStore
+
+    lookup, _ = flaky_tool(0)
+    path = tmp_path / "trace.db"
+
+    def killer(event, data):
+        if event == "step" and data.kind == "checkpoint":
+            raise Crash()
+
+    model = ScriptedModel([act("lookup", key="bad"), lesson("backend refused the key", "use key good")])
+    with pytest.raises(Crash):
+        react("find it", [lookup], model=model, store=SQLiteStore(path), observer=killer,
+              budget=Budget(max_reflections=1))
+    run_id = SQLiteStore(path).runs()[0].run_id
+    resumed = ScriptedModel([act("lookup", key="bad"), act("lookup", key="good"), final("value of good")])
+    result = react("find it", [lookup], model=resumed, store=SQLiteStore(path), resume=run_id,
+                   budget=Budget(max_reflections=1))
+    assert "use key good" in resumed.prompts[0][-1]["content"]  # the lesson survived the crash
+    # The same error after the reflection stops the run: the error_handled marks survived too.
+    assert result.stop_reason is StopReason.NO_PROGRESS and result.counters["reflector_calls"] == 1
+
+
+def test_tool_module_with_postponed_annotations(tmp_path):
+    import importlib.util
+
+    source = tmp_path / "tools_mod.py"
+    source.write_text("from __future__ import annotations\nfrom pydantic import BaseModel\nfrom reflexa import tool\n\n"
+                      "class Req(BaseModel):\n    x: int\n\n@tool\ndef double(req: Req) -> int:\n    return req.x * 2\n\n"
+                      "@tool\ndef add(a: int, b: int = 1) -> int:\n    return a + b\n")
+    spec = importlib.util.spec_from_file_location("tools_mod", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    registry = ToolRegistry([module.double, module.add])
+    assert registry.call("double", {"x": 4}).output == "8" and registry.call("add", {"a": 1}).output == "2"

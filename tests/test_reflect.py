@@ -91,7 +91,7 @@ def test_governor_probes_at_its_rate():
     store = MemoryStore()
     never_converts(store, Governor(store, min_samples=5, probe_rate=0.0), 30)
     governor = Governor(store, min_samples=5, probe_rate=0.5, rng=random.Random(3))
-    plans = [governor.plan("scripted", "demo", f"t{i}", Budget()) for i in range(200)]
+    plans = [governor.plan("scripted", "demo", f"t{i}", Budget(max_iterations=3)) for i in range(200)]
     probes = sum(p.probe for p in plans)
     assert 70 < probes < 130
     assert all(p.budget.max_iterations == 3 for p in plans if p.probe)
@@ -103,10 +103,10 @@ def test_governor_restores_retries_when_conversions_appear():
     governor = Governor(store, min_samples=5, probe_rate=0.0)
     for i in range(30):
         governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
-    assert governor.plan("m", "f", "new", Budget()).budget.max_iterations == 1
+    assert governor.plan("m", "f", "new", Budget(max_iterations=3)).budget.max_iterations == 1
     for i in range(20):
         governor.record("m", "f", f"u{i}", retried=True, converted=True, retry_tokens=100)
-    plan = governor.plan("m", "f", "new", Budget())
+    plan = governor.plan("m", "f", "new", Budget(max_iterations=3))
     assert plan.budget.max_iterations == 3 and plan.note is None
 
 
@@ -116,8 +116,8 @@ def test_governor_keeps_retries_for_a_task_reflection_converted():
     governor.record("m", "f", "special", retried=True, converted=True, retry_tokens=10)
     for i in range(60):
         governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
-    assert governor.plan("m", "f", "other", Budget()).budget.max_iterations == 2  # one retry: some conversion
-    assert governor.plan("m", "f", "special", Budget()).budget.max_iterations == 3
+    assert governor.plan("m", "f", "other", Budget(max_iterations=3)).budget.max_iterations == 2  # one retry: some conversion
+    assert governor.plan("m", "f", "special", Budget(max_iterations=3)).budget.max_iterations == 3
 
 
 def test_no_signal_means_no_reflection_in_refine():
@@ -146,16 +146,16 @@ def test_react_records_to_and_obeys_the_governor(shop):
 
     store = MemoryStore()
     governor = Governor(store, min_samples=3, probe_rate=0.0)
-    model = ScriptedModel([{"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}},
+    model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
                            {"failure_step": "1", "observed_mismatch": "nowhere", "root_cause": "r", "correction": "c"},
-                           {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}])
+                           {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
     first = react("q0", sql_tools(shop), model=model, governor=governor, family="sql",
                   validator=lambda a: "wrong", budget=Budget(max_iterations=2))
     assert not first.passed and governor.stats("scripted", "sql").samples == 1
     for i in range(30):
         governor.record("scripted", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
-    model = ScriptedModel([{"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}},
-                           {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}])
+    model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
+                           {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
     result = react("q9", sql_tools(shop), model=model, governor=governor, family="sql", validator=lambda a: None)
     assert result.notes and "reflections cut to" in result.notes[0]
     assert result.counters["reflector_calls"] == 0 and result.passed

@@ -48,8 +48,3 @@ class Meter:
         if self.budget.max_tokens is None:
             return max_tokens
         return max(1, min(max_tokens, self.budget.max_tokens - self.total.total_tokens))
-
-    def seconds_left(self) -> float | None:
-        if self.budget.max_seconds is None:
-            return None
-        return max(0.0, self.budget.max_seconds - self.elapsed)

@@ -100,7 +100,7 @@ class Run:
                details: dict[str, Any] | None = None) -> Result:
         result = Result(output=output, best=best, verdict=verdict, stop_reason=stop_reason,
                         usage={role: u for role, u in self.meter.by_role.items()}, run_id=self.run_id,
-                        steps=self.next_step, iterations=iterations, error=error, counters=counters or {},
+                        iterations=iterations, error=error, counters=counters or {},
                         notes=notes or [], details=details or {})
         self.record("stop", None, None, {"stop_reason": stop_reason, "error": error})
         result.steps = self.next_step - 1

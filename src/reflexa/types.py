@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from collections.abc import Iterable
 from typing import Any
@@ -199,10 +199,14 @@ class Budget:
     """Model calls over all roles, re-asks included."""
     max_seconds: float | None = None
     """Wall-clock seconds from the start of the run."""
-    max_iterations: int = 3
-    """Attempts the loop may make."""
+    max_iterations: int | None = None
+    """Attempts (refine: 3), steps (react: 8) or search rounds (research: 2); None means the loop's default."""
     max_reflections: int | None = None
     """Reflector calls; None means the engine's default quota (2). Past it, retries use raw signals."""
+
+    def with_default_iterations(self, default: int) -> Budget:
+        """This budget with the loop's own iteration default filled in."""
+        return self if self.max_iterations is not None else replace(self, max_iterations=default)
 
 
 @dataclass(slots=True)

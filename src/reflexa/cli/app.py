@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -51,14 +52,17 @@ def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazil
 
 
 def read_task(task: str) -> str:
-    """--task is a file when such a file exists, else the task text itself."""
-    path = Path(task)
-    if len(task) < 4096 and "\n" not in task and path.suffix in (".md", ".txt") and not path.is_file():
-        raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
+    """--task is a file when such a file exists, else the task text itself. A lone word ending in .md or
+    .txt that names no file is taken for a mistyped path."""
     try:
-        return path.read_text() if path.is_file() else task
-    except OSError as exc:
-        raise ConfigError(f"cannot read task file {task}: {exc.strerror}") from None
+        path = Path(task)
+        if path.is_file():
+            return path.read_text()
+    except OSError:  # e.g. a long one-line task: too long to be a file name, so it is text
+        return task
+    if " " not in task.strip() and path.suffix in (".md", ".txt"):
+        raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
+    return task
 
 
 @app.command()
@@ -93,8 +97,12 @@ def refine(
 
         if context not in ("latest", "full"):
             raise ConfigError(f"--context must be latest or full, not {context!r}")
-        if out is not None and out.suffix == "" :
+        if out is not None and out.suffix == "":
             raise ConfigError(f"--out needs a file name with a suffix, got {out}")
+        if out is not None and check is not None and (out.is_absolute() or ".." in out.parts):
+            raise ConfigError(f"--out must be a path inside this directory for --check, got {out}")
+        if out is not None and not out.parent.is_dir():
+            raise ConfigError(f"--out directory does not exist: {out.parent}")
         text = read_task(task)
         sandbox = Sandbox(Limits(timeout=timeout, cpu_seconds=max(1, int(timeout))))
         checks: list = []
@@ -239,7 +247,8 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
 def research_cmd(
     question: Annotated[str, typer.Argument(help="The question to answer from evidence.")],
     corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Folder of documents (indexed on the fly).")] = None,
-    search: Annotated[str, typer.Option("--search", help="Search backend: local (the default, needs --corpus).")] = "local",
+    search: Annotated[str, typer.Option("--search", help="Search backend: local (default, needs --corpus), tavily, "
+                      "ddgs or wikipedia.")] = "local",
     model: ModelOpt = None,
     max_iterations: Annotated[int, typer.Option(min=1, help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
@@ -255,12 +264,15 @@ def research_cmd(
         from ..types import Budget
         from .render import LiveView
 
-        if search != "local":
-            raise ConfigError(f"search backend {search!r} is not available yet", hint="use --search local --corpus DIR")
-        if corpus is None:
-            raise ConfigError("--corpus is required for the local search backend", hint="give a folder of documents")
-        backend = LocalCorpus.for_folder(corpus)
-        backend.index(corpus)
+        if search == "local":
+            if corpus is None:
+                raise ConfigError("--corpus is required for the local search backend", hint="give a folder of documents")
+            backend = LocalCorpus.for_folder(corpus)
+            backend.index(corpus)
+        else:
+            from ..search.web import backend as web_backend
+
+            backend = web_backend(search)
         llm = resolve(model)
         store = open_store(trace)
         view = None if as_json else LiveView(console, verbose=verbose)
@@ -332,9 +344,8 @@ def show(
             raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")
         steps = store.steps(record.run_id)
         if as_json:
-            print(json.dumps({"run": record.__dict__ if not hasattr(record, "__slots__") else
-                              {k: getattr(record, k) for k in record.__slots__},
-                              "steps": [s.to_dict() for s in steps]}, default=str, indent=2))
+            print(json.dumps({"run": dataclasses.asdict(record), "steps": [s.to_dict() for s in steps]},
+                             default=str, indent=2))
             return
         console.print(f"[bold]run {record.run_id}[/bold] ({record.loop}, model {record.meta.get('model')})")
         console.print(f"task: {record.task.strip()[:500]}")

@@ -153,9 +153,10 @@ class CommandCheck:
         signal = signal_from_exec(self.name, result, self.sandbox.limits)
         if not signal.ok and signal.code is ErrorCode.TEST_FAILED and pytest_score(signal.evidence) is None:
             # Not a test runner: the exit status is the whole signal.
+            crashed = "Traceback (most recent call last)" in signal.evidence
             return Signal(self.name, False, ErrorCode.COMMAND_FAILED,
                           f"`{shlex.quote(self.command)}` exited {result.returncode}: {cap(_last_line(signal.evidence), 200)}",
-                          signal.evidence, score=None)
+                          signal.evidence, score=_crash_score(signal.evidence) if crashed else None)
         return signal
 
 

@@ -114,11 +114,12 @@ def _cgroup_available() -> bool:
 
 
 def _count_user_processes() -> int:
+    """The user's current tasks (threads included: RLIMIT_NPROC counts threads)."""
     uid, count = os.getuid(), 0
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and entry.stat().st_uid == uid:
-                count += 1
+                count += sum(1 for _ in (entry / "task").iterdir())
         except OSError:
             continue
     return count
@@ -201,7 +202,9 @@ class Sandbox:
                 shutil.copytree(copy_from, scratch, dirs_exist_ok=True, symlinks=True,
                                 ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "node_modules"))
             for name, content in (files or {}).items():
-                target = scratch / name
+                target = (scratch / name).resolve()
+                if not target.is_relative_to(scratch):
+                    raise SandboxError(f"file {name!r} would land outside the scratch directory")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content)
             return self._execute(argv, scratch, env or {}, limits)

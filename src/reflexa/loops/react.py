@@ -14,7 +14,7 @@ from ..reflect.governor import Plan
 from ..reflect import embeddings
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Observer, Run
-from ..tools.registry import Observation, Tool, ToolRegistry, effect_key
+from ..tools.registry import Observation, Tool, ToolRegistry, effect_key, interrupted_effects
 from ..trace.store import Store
 from ..types import Budget, ErrorCode, Lesson, Result, Role, StopReason, Usage
 from . import react_prompts as prompts
@@ -31,7 +31,7 @@ def react(
     tools: ToolRegistry | Sequence[Tool],
     *,
     model: Model | None = None,
-    budget: Budget = Budget(max_iterations=MAX_STEPS),
+    budget: Budget = Budget(),
     validator: Validator | None = None,
     lessons: Sequence[Lesson] = (),
     store: Store | None = None,
@@ -57,12 +57,13 @@ def react(
 
         model = resolve()
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    budget = budget.with_default_iterations(MAX_STEPS)
     plan = governor.plan(model.name, family, goal, budget, cut="reflections") if governor else Plan(budget)
     budget = plan.budget
     run = Run("react", goal, model, budget=budget, store=store, observer=observer, meta=meta, resume=resume)
     engine = Engine(run, experience=experience, quota=budget.max_reflections)
     similarity = similarity or embeddings.similarity()  # embedding-based repeat detection when installed
-    state = _restore(run, goal, lessons, registry)
+    state = _restore(run, goal, lessons, registry, engine)
     ws: Workspace = state["workspace"]
     schema = prompts.action_schema(registry)
     answer: str | None = None
@@ -80,6 +81,10 @@ def react(
                             retry_tokens=result.usage.get("reflector", Usage()).total_tokens)
         return result
 
+    if resume and (unknown := interrupted_effects(run.store, run.run_id)):
+        # Whatever the model would choose next, an effect of unknown outcome needs a human first.
+        return finish(StopReason.UNRECOVERABLE, f"side-effecting call {unknown[0].split(':', 1)[1]} was interrupted "
+                      "midway; not repeated, check its effect by hand")
     try:
         while state["step"] < budget.max_iterations:
             state["step"] += 1
@@ -90,7 +95,7 @@ def react(
             if tool == "(page)":
                 action = f"page {args['page']} of {args['observation'].tool}"
             else:
-                action = f"{tool}({json.dumps(args, sort_keys=True)})"
+                action = prompts.describe_action(tool, args)
             if tool == prompts.FINAL:
                 answer = str(args.get("answer", ""))
                 problem = validator(answer) if validator else None
@@ -117,21 +122,23 @@ def react(
             if tool == prompts.FINAL and observation.ok:
                 # An answer the validator accepts (or that has no validator) ends the run, repeated or not.
                 engine.gate(step, [])
-                _record(run, state, step, thought, action, observation, True)
+                _record(run, state, step, thought, action, observation, True, engine)
                 return finish(StopReason.PASSED)
             bad = engine.gate(step, signals)
             if observation.ok and not bad:
                 ws.add_fact(f"{action} -> {observation.output}")
-            _record(run, state, step, thought, action, observation, tool == prompts.FINAL)
+            _record(run, state, step, thought, action, observation, tool == prompts.FINAL, engine)
             if not bad:
                 continue
             if step >= budget.max_iterations:
                 break  # no step left to use a repair or a lesson
             outcome = engine.handle(bad[0], goal=goal, facts=ws.facts, action=action, snippet=observation.shown(),
-                                    rule_facts=_facts(observation, state, action))
+                                    rule_facts=_facts(observation, state, action, registry))
             if outcome.stop is not None:
                 return finish(outcome.stop, outcome.reason)
             _apply(outcome, registry, ws, state, tool, args, observation)
+            # The engine changed the state after the step was stored: checkpoint it for a resume.
+            run.record("checkpoint", None, None, {"state": _snapshot(state, engine)})
         return finish(StopReason.MAX_ITERATIONS)
     except ModelError as exc:
         return finish(StopReason.ERROR, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
@@ -149,7 +156,7 @@ def _next_action(run: Run, registry: ToolRegistry, ws: Workspace, state: dict[st
     if reply is None:
         return None, {}, "", None
     if reply.value is not None:
-        value = reply.value
+        value = reply.value["action"]
         return value["tool"], value["args"], value.get("thought", ""), value.get("confidence")
     # Still invalid after the re-ask: let the registry name the argument problem, if there is a call at all.
     if (loose := prompts.loose_action(reply.text)) is not None:
@@ -157,8 +164,11 @@ def _next_action(run: Run, registry: ToolRegistry, ws: Workspace, state: dict[st
     return "(invalid)", {"reply": reply.text[:200], "error": reply.error}, "(invalid action)", None
 
 
-def _facts(observation: Observation, state: dict[str, Any], action: str) -> Facts:
-    return Facts(suggestion=observation.suggestion, fatal=observation.fatal, retryable=True,
+def _facts(observation: Observation, state: dict[str, Any], action: str, registry: ToolRegistry) -> Facts:
+    # A side-effecting call that timed out may still complete: never retry it by rule.
+    tool = registry.tools.get(observation.tool)
+    return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
+                 retryable=tool is not None and not tool.side_effect,
                  timeouts_before=state["timeouts"].get(action, 0), can_page=observation.truncated)
 
 
@@ -168,7 +178,7 @@ def _apply(outcome: Outcome, registry: ToolRegistry, ws: Workspace, state: dict[
     if outcome.repair is not None:
         repair = outcome.repair
         if repair.kind == "retry":
-            key = f"{tool}({json.dumps(args, sort_keys=True)})"
+            key = prompts.describe_action(tool, args)
             state["timeouts"][key] = state["timeouts"].get(key, 0) + 1
             time.sleep(repair.delay)
             state["queued"] = {"tool": tool, "args": args, "why": "(rule: retry after timeout)"}
@@ -184,22 +194,32 @@ def _apply(outcome: Outcome, registry: ToolRegistry, ws: Workspace, state: dict[
                                "values": sorted(list(v) for v in registry.blocks.values)}
 
 
-def _record(run: Run, state: dict[str, Any], step: int, thought: str, action: str, observation: Observation,
-            is_final: bool) -> None:
-    snapshot = {k: v for k, v in state.items() if k not in ("queued",)}
+def _snapshot(state: dict[str, Any], engine: Engine) -> dict[str, Any]:
+    """Everything a resumed run needs, as plain data. A queued rule repair is carried too."""
+    snapshot = {k: v for k, v in state.items() if k != "queued"}
     snapshot["workspace"] = state["workspace"].to_dict()
+    snapshot["engine"] = engine.snapshot()
+    queued = state.get("queued")
+    if queued is not None and queued["tool"] != "(page)":  # a page is cheap to lose; an Observation is not data
+        snapshot["queued"] = queued
+    return snapshot
+
+
+def _record(run: Run, state: dict[str, Any], step: int, thought: str, action: str, observation: Observation,
+            is_final: bool, engine: Engine) -> None:
     run.record("react", Role.GENERATOR, {"step": step, "thought": thought, "action": action},
                {"observation": observation.shown(), "ok": observation.ok, "code": observation.code,
-                "is_final": is_final, "replayed": observation.replayed, "state": snapshot})
+                "is_final": is_final, "replayed": observation.replayed, "state": _snapshot(state, engine)})
 
 
-def _restore(run: Run, goal: str, lessons: Sequence[Lesson], registry: ToolRegistry) -> dict[str, Any]:
-    """The loop's state: fresh, or the snapshot in the last stored react step of a resumed run."""
+def _restore(run: Run, goal: str, lessons: Sequence[Lesson], registry: ToolRegistry, engine: Engine) -> dict[str, Any]:
+    """The loop's state: fresh, or the last snapshot (react step or checkpoint) of a resumed run."""
     for step in reversed(run.resumed_steps):
-        if step.kind == "react":
+        if step.kind in ("react", "checkpoint"):
             state = dict(step.output["state"])
             state["workspace"] = Workspace.from_dict(state["workspace"])
             state["timeouts"] = dict(state["timeouts"])
+            engine.restore(state.pop("engine"))
             blocks = state.get("blocks") or {"tools": [], "values": []}
             registry.blocks.tools.update(blocks["tools"])
             registry.blocks.values.update(tuple(v) for v in blocks["values"])

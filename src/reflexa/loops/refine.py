@@ -17,6 +17,8 @@ from ..types import Budget, Lesson, Result, Role, Status, StopReason, Verdict
 from . import refine_prompts as prompts
 
 ContextStrategy = Literal["latest", "full"]
+MAX_ATTEMPTS = 3
+"""Attempts a refine run makes unless its budget says otherwise (Budget.max_iterations)."""
 
 
 def refine(
@@ -52,6 +54,7 @@ def refine(
         from ..models.spec import resolve
 
         model = resolve()
+    budget = budget.with_default_iterations(MAX_ATTEMPTS)
     plan = governor.plan(model.name, family, task, budget) if governor else Plan(budget)
     budget = plan.budget
     run = Run("refine", task, model, budget=budget, store=store, observer=observer,
@@ -78,7 +81,7 @@ def refine(
     try:
         while len(candidates) < budget.max_iterations:
             if context == "full" and history:
-                messages = prompts.full_history(task, history)
+                messages = prompts.full_history(task, learned, history)
             elif revising:
                 messages = prompts.revise(task, learned, *revising)
             else:

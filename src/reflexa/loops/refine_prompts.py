@@ -49,9 +49,9 @@ def revise(task: str, lessons: list[Lesson], candidate: str, feedback: str) -> l
              f"Feedback from checking it:\n{feedback}\n\nWrite a corrected, complete answer."}]
 
 
-def full_history(task: str, history: list[tuple[str, str]]) -> list[Message]:
+def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]]) -> list[Message]:
     """Every earlier attempt with its feedback, as a conversation (the `full` context strategy)."""
-    messages: list[Message] = fresh(task, [])
+    messages: list[Message] = fresh(task, lessons)
     for candidate, feedback in history:
         messages.append({"role": "assistant", "content": f"```\n{candidate}\n```"})
         messages.append({"role": "user", "content": f"Feedback from checking it:\n{feedback}\n\nWrite a corrected, complete answer."})

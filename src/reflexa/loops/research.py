@@ -18,6 +18,8 @@ from ..types import Budget, Result, Role, Status, StopReason, Usage, Verdict
 from . import research_prompts as prompts
 
 RESULTS_PER_QUERY = 3
+ROUNDS = 2
+"""Search-and-revise rounds unless the budget says otherwise (Budget.max_iterations)."""
 
 
 def research(
@@ -25,7 +27,7 @@ def research(
     backend: SearchBackend,
     *,
     model: Model | None = None,
-    budget: Budget = Budget(max_iterations=2),
+    budget: Budget = Budget(),
     store: Store | None = None,
     observer: Observer | None = None,
     cache: SearchCache | None = None,
@@ -39,6 +41,7 @@ def research(
         from ..models.spec import resolve
 
         model = resolve()
+    budget = budget.with_default_iterations(ROUNDS)
     run = Run("research", question, model, budget=budget, store=store, observer=observer,
               meta={"backend": backend.name})
     numbered: dict[str, tuple[int, Evidence]] = {}

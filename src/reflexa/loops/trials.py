@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary
@@ -26,16 +27,19 @@ def trials(
     *,
     model: Model,
     max_trials: int = MAX_TRIALS,
+    budget: Budget = Budget(),
     store: Store | None = None,
     observer: Observer | None = None,
     experience: ExperienceLibrary | None = None,
 ) -> Result:
     """Run up to `max_trials` trials until one passes. Usage adds up every trial's own usage; each trial is
-    also stored as a run of its own, named in this run's `trial` steps."""
-    run = Run("trials", task, model, budget=Budget(max_iterations=max_trials), store=store, observer=observer)
+    also stored as a run of its own, named in this run's `trial` steps. `budget` bounds this run's own
+    reflections (tokens, calls, seconds); each trial's budget is the attempt's own."""
+    run = Run("trials", task, model, budget=replace(budget, max_iterations=max_trials), store=store, observer=observer)
     engine = Engine(run, experience=experience, quota=max_trials - 1)
     memory: deque[Lesson] = deque(maxlen=EPISODIC_LESSONS)
     last: Result | None = None
+    stop: StopReason | None = None
     for number in range(1, max_trials + 1):
         last = attempt(list(memory))
         for role, usage in last.usage.items():
@@ -49,11 +53,23 @@ def trials(
             break
         outcome = engine.handle(_signal(last), goal=task, facts=[], action=f"trial {number}: {last.output or ''}",
                                 snippet=last.error or _feedback(last))
+        if outcome.stop is not None:
+            stop = outcome.stop
+            break
         if outcome.lesson is not None:
             memory.append(outcome.lesson)
+        if (spent := run.meter.check()) is not None:
+            stop = spent
+            break
     assert last is not None
-    reason = StopReason.PASSED if last.passed else (
-        last.stop_reason if last.stop_reason in (StopReason.UNRECOVERABLE, StopReason.ERROR) else StopReason.MAX_ITERATIONS)
+    if last.passed:
+        reason = StopReason.PASSED
+    elif stop is not None:
+        reason = stop
+    elif last.stop_reason in (StopReason.UNRECOVERABLE, StopReason.ERROR):
+        reason = last.stop_reason
+    else:
+        reason = StopReason.MAX_ITERATIONS  # the trials ran out; each trial's own reason is in its step
     return run.finish(reason, output=last.output, best=last.best, verdict=last.verdict, iterations=number,
                       error=last.error, counters=engine.finish(last.passed))
 

@@ -6,6 +6,7 @@ Servers differ in how they accept a schema, so each has a capability profile. Th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -73,8 +74,8 @@ class OpenAIModel(Model):
             raise ModelNotInstalled("the openai package is not installed", hint="pip install 'reflexa[openai]'") from None
         if base_url is None and not model:
             raise ConfigError("no model named", hint="use openai:MODEL or openai:http://HOST:PORT/v1#MODEL")
-        # A local server needs no key, but the SDK insists on one.
-        key = api_key or ("not-needed" if base_url else None)
+        # A local server needs no key, but the SDK insists on one; a keyed gateway gets $OPENAI_API_KEY.
+        key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         try:
             self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
         except openai.OpenAIError as exc:

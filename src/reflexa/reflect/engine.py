@@ -140,6 +140,17 @@ class Engine:
                 self.experience.outcome(fingerprint, success)
         self._pending.clear()
 
+    def snapshot(self) -> dict[str, Any]:
+        """What a resumed run needs to carry on: counters (the quota among them), the error_handled marks."""
+        return {"counters": self.counters.to_dict(), "reflected": sorted(self.progress.reflected),
+                "error_since": self._error_since, "pending": sorted(self._pending)}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.counters = Counters(**data["counters"])
+        self.progress.reflected = set(data["reflected"])
+        self._error_since = data["error_since"]
+        self._pending = set(data["pending"])
+
     def finish(self, success: bool) -> dict[str, Any]:
         """Settle the experience entries still pending and return the counters for the result."""
         self._settle(success)

@@ -75,7 +75,7 @@ class Governor:
         """The budget for one run. `cut` says what to trim when reflection does not pay: "retries" (attempt
         loops such as refine: down to one attempt, or two) or "reflections" (step loops such as react,
         whose steps are not retries: down to no reflector call, or one)."""
-        if budget.max_iterations <= 1 and cut == "retries":
+        if cut == "retries" and budget.max_iterations is not None and budget.max_iterations <= 1:
             return Plan(budget)
         stats = self.stats(model, family)
         if stats.samples < self.min_samples:
@@ -96,7 +96,7 @@ class Governor:
         if stats.conversions == 0:
             return Plan(replace(budget, max_iterations=1, max_reflections=0),
                         f"governor: retries cut to a single attempt; {evidence}")
-        return Plan(replace(budget, max_iterations=min(2, budget.max_iterations)),
+        return Plan(replace(budget, max_iterations=min(2, budget.max_iterations or 2)),
                     f"governor: retries cut to one; {evidence}")
 
     def record(self, model: str, family: str, task: str, *, retried: bool, converted: bool, retry_tokens: int) -> None:

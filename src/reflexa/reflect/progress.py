@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ..types import Lesson, normalise
 
 
@@ -27,10 +29,11 @@ class Progress:
 
     @staticmethod
     def correction_repeats(lesson: Lesson, failing_action: str) -> bool:
-        """The lesson's next action is the action that just failed."""
+        """The lesson's next action is the action that just failed (actions in the `tool({json args})` form
+        that react's `describe_action` writes)."""
         if lesson.control is not None and lesson.control.kind == "force_action":
-            forced = normalise(f"{lesson.control.tool} {sorted(lesson.control.args.items())}")
-            return forced == normalise(failing_action)
+            forced = f"{lesson.control.tool}({json.dumps(lesson.control.args, sort_keys=True)})"
+            return normalise(forced) == normalise(failing_action)
         return normalise(lesson.correction) == normalise(failing_action)
 
     def stalled(self, candidates: list[str], fingerprints: frozenset[str]) -> str | None:

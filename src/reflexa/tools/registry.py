@@ -7,7 +7,6 @@ set of error codes, so the reflection engine can tell a typo from a permission p
 from __future__ import annotations
 
 import difflib
-import hashlib
 import inspect
 import json
 import sqlite3
@@ -62,7 +61,7 @@ def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         description = inspect.getdoc(fn) or ""
-        signature = inspect.signature(fn)
+        signature = inspect.signature(fn, eval_str=True)  # modules with `from __future__ import annotations`
         only = list(signature.parameters.values())
         if len(only) == 1 and inspect.isclass(only[0].annotation) and issubclass(only[0].annotation, BaseModel):
             # A function of one pydantic model: that model is the argument schema.
@@ -176,9 +175,6 @@ class ToolRegistry:
         self.blocks = Blocks()
         self._full: dict[str, str] = {}  # the whole text of each tool's last truncated output, for paging
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.tools
-
     def describe(self) -> str:
         lines = []
         for t in self.tools.values():
@@ -271,7 +267,12 @@ def _renamed(args: dict[str, Any], model: type[BaseModel]) -> dict[str, Any] | N
 
 def effect_key(run_id: str, step: int, tool_name: str) -> str:
     """The idempotency key of a side-effecting call: the same run, step and tool is the same effect."""
-    return hashlib.sha256(f"{run_id}:{step}:{tool_name}".encode()).hexdigest()[:24]
+    return f"{run_id}:{step}:{tool_name}"
+
+
+def interrupted_effects(effects: Any, run_id: str) -> list[str]:
+    """Side-effecting calls of a run that began and never reported back (the process died inside them)."""
+    return [key for key, value in effects.items("effects") if key.startswith(f"{run_id}:") and value.get("pending")]
 
 
 def sqlite_error_code(exc: sqlite3.Error) -> ErrorCode:

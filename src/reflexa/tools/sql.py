@@ -26,11 +26,11 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
     if not db_path.is_file():
         raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
 
-    def connect() -> sqlite3.Connection:
-        # A connection per call: tools run in worker threads.
-        mode = "rw" if write else "ro"
-        conn = sqlite3.connect(f"file:{db_path.resolve()}?mode={mode}", uri=True, timeout=5)
-        if not write:
+    def connect(writable: bool = False) -> sqlite3.Connection:
+        # A connection per call (tools run in worker threads); only `execute` ever gets a writable one,
+        # so a change can never slip through `query` around the side-effect bookkeeping.
+        conn = sqlite3.connect(f"file:{db_path.resolve()}?mode={'rw' if writable else 'ro'}", uri=True, timeout=5)
+        if not writable:
             conn.execute("PRAGMA query_only=ON")
         return conn
 
@@ -90,7 +90,7 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         @tool(side_effect=True)
         def execute(sql: str) -> str:
             """Run one SQL statement that changes the database; returns the number of rows changed."""
-            with connect() as conn:
+            with connect(writable=True) as conn:
                 try:
                     changed = conn.execute(sql).rowcount
                 except sqlite3.Error as exc:

@@ -80,20 +80,33 @@ class SQLiteStore:
                              hint="pass --trace PATH or set REFLEXA_TRACE to a writable file") from None
 
     def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            try:
-                self.db.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
-            except sqlite3.Error:
-                if self.db.in_transaction:
-                    self.db.execute("ROLLBACK")
-                raise
+        if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+            return
+        # Read the version inside the write lock: two processes opening a new file must not both migrate.
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in (s.strip() for s in script.split(";")):
+                    if statement:
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version={number}")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         try:
             self.db.execute(sql, params)
         except sqlite3.Error as exc:
             raise StoreError(f"trace store write failed: {exc}") from None
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"trace store read failed: {exc}") from None
 
     def start_run(self, record: RunRecord) -> None:
         self._write(
@@ -123,27 +136,25 @@ class SQLiteStore:
         )
 
     def runs(self, limit: int = 20) -> list[RunRecord]:
-        rows = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,))
-        return [self._record(r) for r in rows]
+        return [self._record(r) for r in self._read("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,))]
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """A run by its id or by a unique prefix of it."""
-        rows = self.db.execute("SELECT * FROM runs WHERE run_id LIKE ? LIMIT 2", (run_id + "%",)).fetchall()
+        rows = self._read("SELECT * FROM runs WHERE run_id LIKE ? LIMIT 2", (run_id + "%",))
         return self._record(rows[0]) if len(rows) == 1 else None
 
     def steps(self, run_id: str) -> list[Step]:
-        rows = self.db.execute("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))
-        return [step_from_row(dict(r)) for r in rows]
+        return [step_from_row(dict(r)) for r in self._read("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))]
 
     def get(self, ns: str, key: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT value FROM records WHERE ns=? AND key=?", (ns, key)).fetchone()
-        return json.loads(row[0]) if row else None
+        rows = self._read("SELECT value FROM records WHERE ns=? AND key=?", (ns, key))
+        return json.loads(rows[0][0]) if rows else None
 
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
         self._write("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(value), time.time()))
 
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = self.db.execute("SELECT key, value FROM records WHERE ns=? ORDER BY key", (ns,))
+        rows = self._read("SELECT key, value FROM records WHERE ns=? ORDER BY key", (ns,))
         return [(key, json.loads(value)) for key, value in rows]
 
     def delete(self, ns: str, key: str) -> None:
