@@ -30,15 +30,18 @@ def word(rng: random.Random) -> str:
 
 
 class NeverPasses:
-    """Fails every candidate with a fresh message, so the loop runs to max_iterations."""
+    """Fails every candidate with a fresh message, so the loop runs to max_iterations. The messages are
+    made before the clock starts, so the benchmark times the loop, not itself."""
 
     name, subjective = "bench", False
 
-    def __init__(self) -> None:
-        self.rng = random.Random(1)
+    def __init__(self, iterations: int) -> None:
+        rng = random.Random(1)
+        self.signals = iter([Signal("bench", False, ErrorCode.TEST_FAILED, f"miss {word(rng)}", score=0.5)
+                             for _ in range(iterations)])
 
     def run(self, candidate: str, context: object) -> Signal:
-        return Signal("bench", False, ErrorCode.TEST_FAILED, f"miss {word(self.rng)}", score=0.5)
+        return next(self.signals)
 
 
 def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
@@ -47,13 +50,15 @@ def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
     for _ in range(iterations):
         replies.append(f"Plan: go\n```\n{word(rng)}\n```")
         if explain:
-            replies.append({"failure_cause": word(rng), "next_action": word(rng)})
+            replies.append({"failure_step": "attempt", "observed_mismatch": f"miss {word(rng)}",
+                            "root_cause": word(rng), "correction": word(rng)})
     model = ScriptedModel(replies)
     with tempfile.TemporaryDirectory() as tmp:
         store = {"sqlite": lambda: SQLiteStore(Path(tmp) / "b.db"), "memory": MemoryStore}[store_kind]()
+        check = NeverPasses(iterations)
         started = time.perf_counter()
-        result = refine("bench task", [NeverPasses()], model=model, store=store, explain=explain,
-                        budget=Budget(max_iterations=iterations))
+        result = refine("bench task", [check], model=model, store=store, explain=explain,
+                        budget=Budget(max_iterations=iterations, max_reflections=iterations if explain else 0))
         elapsed = time.perf_counter() - started
     assert result.iterations == iterations, result.stop_reason
     return elapsed / iterations * 1e6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
@@ -66,6 +67,7 @@ _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")
 _SPACE = re.compile(r"\s+")
 
 
+@functools.lru_cache(maxsize=4096)  # the same failure message is fingerprinted several times a step
 def normalise(text: str) -> str:
     """Lower-case, numbers and addresses folded to N, whitespace collapsed: for comparing failures."""
     return _SPACE.sub(" ", _NUMBER.sub("N", text.lower())).strip()

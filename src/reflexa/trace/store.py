@@ -46,7 +46,8 @@ class Store(Protocol):
 
 def _default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        # One level at a time (json recurses through this hook): asdict() would deep-copy every leaf.
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
         return value.value
     if hasattr(value, "model_dump"):
