@@ -30,3 +30,24 @@ def test_faults_script(tmp_path):
     assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
     assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
     assert "experience hit rate" in out
+
+
+def test_search_speed_script():
+    out = run("bench/search_speed.py", "--passages", "2000", "--queries", "20")
+    assert "p50" in out and "cache hit" in out
+
+
+def test_hotpotqa_script(tmp_path):
+    data = ROOT.parent / "shared" / "data" / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"  # CI lays shared/ beside
+    if not data.is_file():
+        import pytest
+
+        pytest.skip("shared HotpotQA data not beside the checkout")
+    draft = {"answer": "Unknown [1].", "reflection": {"missing": ["the director's birth year"], "superfluous": []},
+             "search_queries": ["director birth year"]}
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([draft] * 40))
+    out_file = tmp_path / "h.json"
+    run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--data", str(data), "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
