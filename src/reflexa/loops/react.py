@@ -92,23 +92,9 @@ def react(
             tool, args, thought, confidence = _next_action(run, registry, ws, state, schema)
             if tool is None:
                 return finish(run.budget_stop or StopReason.ERROR)
-            if tool == "(page)":
-                action = f"page {args['page']} of {args['observation'].tool}"
-            else:
-                action = prompts.describe_action(tool, args)
+            action, observation = _observe(run, registry, step, tool, args, validator)
             if tool == prompts.FINAL:
-                answer = str(args.get("answer", ""))
-                problem = validator(answer) if validator else None
-                observation = Observation(tool, args, problem is None, answer,
-                                          ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
-            elif tool == "(invalid)":
-                observation = Observation("model", args, False, code=ErrorCode.SCHEMA,
-                                          message=f"invalid action: {args.get('error')}")
-            elif tool == "(page)":
-                observation = args["observation"]
-            else:
-                observation = registry.call(tool, args, effect_key=effect_key(run.run_id, step, tool),
-                                            effects=run.store)
+                answer = observation.output
             signals = [] if tool == "(page)" else step_signals(
                 source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
                 message=observation.message, truncated=observation.truncated, action=action, thought=thought,
@@ -142,6 +128,23 @@ def react(
         return finish(StopReason.MAX_ITERATIONS)
     except ModelError as exc:
         return finish(StopReason.ERROR, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
+
+
+def _observe(run: Run, registry: ToolRegistry, step: int, tool: str, args: dict[str, Any],
+             validator: Validator | None) -> tuple[str, Observation]:
+    """Carry out one action: (its text form, what came back)."""
+    if tool == "(page)":
+        return f"page {args['page']} of {args['observation'].tool}", args["observation"]
+    action = prompts.describe_action(tool, args)
+    if tool == prompts.FINAL:
+        answer = str(args.get("answer", ""))
+        problem = validator(answer) if validator else None
+        return action, Observation(tool, args, problem is None, answer,
+                                   ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
+    if tool == "(invalid)":
+        return action, Observation("model", args, False, code=ErrorCode.SCHEMA,
+                                   message=f"invalid action: {args.get('error')}")
+    return action, registry.call(tool, args, effect_key=effect_key(run.run_id, step, tool), effects=run.store)
 
 
 def _next_action(run: Run, registry: ToolRegistry, ws: Workspace, state: dict[str, Any],
