@@ -50,3 +50,18 @@ def test_whole_react_run_on_the_shop_ends_with_a_valid_stop_reason(embedded, sho
     result = react("How many orders are there?", sql_tools(shop), model=embedded, budget=Budget(max_iterations=3))
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1
+
+
+def test_whole_research_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
+    import shutil
+
+    from reflexa.loops.research import research
+    from reflexa.search import LocalCorpus
+
+    folder = tmp_path / "docs"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "docs", folder)
+    corpus = LocalCorpus.for_folder(folder)
+    corpus.index(folder)
+    result = research("How tall is the Eiffel Tower?", corpus, model=embedded, budget=Budget(max_iterations=1))
+    assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
+    assert result.usage["generator"].calls >= 1

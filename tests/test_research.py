@@ -92,6 +92,7 @@ def test_gate_skips_research_when_no_concrete_gap(corpus):
     result = research("How tall is the Eiffel Tower?", corpus, model=model)
     assert model.calls == 1 and "search" not in result.usage
     assert any("no new evidence was sought" in n for n in result.notes)
+    assert "No new evidence was sought: the draft named no concrete gap." in result.output
 
 
 def test_research_cites_retrieved_evidence_with_references(corpus):
@@ -206,3 +207,34 @@ def test_cli_index_and_research(tmp_path):
     assert "References:" in data["output"] and data["details"]["evidence"][0]["title"] == "Eiffel Tower"
     bad = runner.invoke(app, ["research", "q", "--corpus", str(tmp_path / "nope")])
     assert bad.exit_code == 2 and "corpus folder not found" in bad.output
+
+
+def minimal_pdf(text: str) -> bytes:
+    """A one-page PDF showing `text`, written by hand so the test needs no PDF writer."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_pdf_files_are_indexed_when_pypdf_is_installed(tmp_path):
+    pytest.importorskip("pypdf")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "report.pdf").write_bytes(minimal_pdf("The Millau Viaduct is 343 metres tall."))
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    corpus = LocalCorpus.for_folder(folder)
+    report = corpus.index(folder)
+    assert report.added == 1 and report.skipped == 1
+    assert "343 metres" in corpus.search("Millau viaduct height", 1)[0].snippet

@@ -240,7 +240,8 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
 
         report = LocalCorpus.for_folder(folder).index(folder)
         console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
-                      f"unchanged, {report.removed} removed; {report.passages} passages")
+                      f"unchanged, {report.removed} removed; {report.passages} passages"
+                      + (f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""))
 
 
 @app.command("research")

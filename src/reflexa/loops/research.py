@@ -52,7 +52,7 @@ def research(
     rounds = 0
 
     def finish(reason: StopReason, answer: str | None, error: str | None = None) -> Result:
-        final = _with_references(answer, numbered, failed) if answer is not None else None
+        final = _with_references(answer, numbered, failed, notes) if answer is not None else None
         verdict = Verdict(Status.PASS if reason is StopReason.PASSED else Status.FAIL, tuple(signals))
         details = {"evidence": [{"n": n, **asdict(e)} for n, e in sorted(numbered.values(), key=lambda p: p[0])],
                    "queries": [{"query": q, "status": "failed" if q in failed else "ok", "error": failed.get(q)}
@@ -102,6 +102,9 @@ def _search(run: Run, backend: SearchBackend, queries: Sequence[str], cache: Sea
         started = time.time()
         hits = cache.get(backend.name, query) if cache else None
         from_cache = hits is not None
+        if hits is None and (spent := run.meter.check()) is not None:
+            outcome.failed_queries[query] = f"not run: budget spent ({spent})"
+            continue
         if hits is None:
             run.meter.record(Role.SEARCH, Usage(calls=1))
             try:
@@ -147,10 +150,11 @@ def _revise(run: Run, question: str, current: prompts.Draft, numbered: dict[str,
     return revision
 
 
-def _with_references(answer: str, numbered: dict[str, tuple[int, Evidence]], failed: dict[str, str]) -> str:
+def _with_references(answer: str, numbered: dict[str, tuple[int, Evidence]], failed: dict[str, str],
+                     notes: list[str]) -> str:
     by_number = {n: e for n, e in numbered.values()}
     refs = [f"[{n}] {by_number[n].title}: {by_number[n].source}" for n in cited(answer) if n in by_number]
-    parts = [answer.strip()]
+    parts = [answer.strip()] + [note[0].upper() + note[1:] + "." for note in notes if note.startswith("no new evidence")]
     if failed:
         parts.append("Could not verify: " + "; ".join(f'search "{q}" failed ({why})' for q, why in failed.items()))
     if refs:

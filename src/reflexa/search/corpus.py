@@ -1,6 +1,6 @@
 """The default search backend: a local corpus in SQLite FTS5, ranked by BM25.
 
-Files (.md, .txt, .html) are chunked into passages that keep their title, path and position. Indexing
+Files (.md, .txt, .html, and .pdf with the `pdf` extra) are chunked into passages that keep their title, path and position. Indexing
 is incremental by content hash: an unchanged file is skipped, a changed one re-chunked, a deleted one
 dropped.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import importlib.util
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from pathlib import Path
 from ..errors import ConfigError
 from .base import Evidence
 
-SUFFIXES = (".md", ".txt", ".html", ".htm")
+SUFFIXES = (".md", ".txt", ".html", ".htm", ".pdf")
+"""PDF needs the `pdf` extra (pypdf); without it PDF files are skipped and counted as such."""
 PASSAGE_CHARS = 800
 """A passage is about this long: a few paragraphs, cut at paragraph or sentence ends."""
 
@@ -34,6 +36,12 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 def _text(path: Path) -> tuple[str, str]:
     """(title, plain text) of one file."""
+    if path.suffix.lower() == ".pdf":
+        from pypdf import PdfReader  # optional: the caller skips PDFs when pypdf is missing
+
+        reader = PdfReader(path)
+        title = (reader.metadata.title if reader.metadata and reader.metadata.title else path.stem)
+        return title, "\n\n".join(page.extract_text() or "" for page in reader.pages)
     raw = path.read_text(errors="replace")
     if path.suffix in (".html", ".htm"):
         title = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
@@ -65,6 +73,8 @@ class IndexReport:
     unchanged: int
     removed: int
     passages: int
+    skipped: int = 0
+    """Files that could not be read (a PDF without the `pdf` extra, or a broken one)."""
 
 
 class LocalCorpus:
@@ -88,7 +98,8 @@ class LocalCorpus:
 
     def index(self, folder: str | Path) -> IndexReport:
         folder = Path(folder).resolve()
-        seen, added, updated, unchanged = set(), 0, 0, 0
+        seen, added, updated, unchanged, skipped = set(), 0, 0, 0, 0
+        can_pdf = importlib.util.find_spec("pypdf") is not None
         known = dict(self.db.execute("SELECT path, sha256 FROM files"))
         with self.db:
             for path in sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()):
@@ -98,8 +109,15 @@ class LocalCorpus:
                 if known.get(key) == digest:
                     unchanged += 1
                     continue
+                if path.suffix.lower() == ".pdf" and not can_pdf:
+                    skipped += 1
+                    continue
+                try:
+                    title, text = _text(path)
+                except Exception:  # a broken file must not stop the index: count it and go on
+                    skipped += 1
+                    continue
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
-                title, text = _text(path)
                 self.db.executemany("INSERT INTO passages (title, body, path, position) VALUES (?, ?, ?, ?)",
                                     [(title, p, key, i) for i, p in enumerate(chunk(text))])
                 self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (key, digest))
@@ -109,7 +127,7 @@ class LocalCorpus:
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
                 self.db.execute("DELETE FROM files WHERE path = ?", (key,))
         total = self.db.execute("SELECT count(*) FROM passages").fetchone()[0]
-        return IndexReport(added, updated, unchanged, len(removed), total)
+        return IndexReport(added, updated, unchanged, len(removed), total, skipped)
 
     def add_passages(self, rows: list[tuple[str, str, str, int]]) -> None:
         """Add (title, body, path, position) passages directly, e.g. a benchmark's own corpus."""
