@@ -112,3 +112,12 @@ def test_anthropic_overload_after_retries_is_model_unavailable():
     with pytest.raises(ModelUnavailable):
         model.complete([{"role": "user", "content": "hi"}])
     assert len(seen) == 2  # one retry with backoff, then a typed error
+
+
+def test_grammar_schema_drops_only_long_length_caps():
+    from reflexa.models.local import _grammar_schema
+
+    schema = {"properties": {"a": {"type": "string", "maxLength": 2000},
+                             "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}}
+    assert _grammar_schema(schema) == {"properties": {"a": {"type": "string"},
+                                                      "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}}

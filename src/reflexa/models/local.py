@@ -67,12 +67,26 @@ _LAX_CHAR = 'char ::= [^"\\\\]'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F]'
 
 
+GRAMMAR_MAX_LENGTH = 300
+"""The longest `maxLength` put in a grammar. The converter nests one rule per character, and a 2,000-deep
+nest crashes llama.cpp's sampler; longer caps are left to code (capped strings are cut after parsing)."""
+
+
+def _grammar_schema(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _grammar_schema(v) for k, v in node.items()
+                if not (k == "maxLength" and isinstance(v, int) and v > GRAMMAR_MAX_LENGTH)}
+    if isinstance(node, list):
+        return [_grammar_schema(v) for v in node]
+    return node
+
+
 @functools.lru_cache(maxsize=64)
 def json_grammar(schema_json: str) -> Any:
     """A llama.cpp grammar that only admits JSON valid for the schema (strings without raw control chars)."""
     from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
-    gbnf = json_schema_to_gbnf(schema_json)
+    gbnf = json_schema_to_gbnf(json.dumps(_grammar_schema(json.loads(schema_json))))
     if _LAX_CHAR not in gbnf:  # a converter change: fail loudly rather than decode unconstrained
         raise ModelError("unexpected grammar from llama-cpp-python's schema converter")
     return LlamaGrammar.from_string(gbnf.replace(_LAX_CHAR, _JSON_CHAR), verbose=False)
