@@ -134,14 +134,21 @@ class LocalCorpus:
         with self.db:
             self.db.executemany("INSERT INTO passages (title, body, path, position) VALUES (?, ?, ?, ?)", rows)
 
+    def _ranked(self, match: str, k: int) -> list[tuple]:
+        return self.db.execute(
+            "SELECT title, body, path, position, bm25(passages) AS rank FROM passages WHERE passages MATCH ? "
+            "ORDER BY rank LIMIT ?", (match, k)).fetchall()
+
     def search(self, query: str, k: int = 5) -> list[Evidence]:
         # Each word becomes a quoted FTS term joined by OR: user text never reaches FTS syntax.
         terms = [w for w in _WORD.findall(query.lower()) if len(w) > 1]
         if not terms:
             return []
-        match = " OR ".join(f'"{t}"' for t in terms)
-        rows = self.db.execute(
-            "SELECT title, body, path, position, bm25(passages) AS rank FROM passages WHERE passages MATCH ? "
-            "ORDER BY rank LIMIT ?", (match, k)).fetchall()
+        # Passages holding every term first (cheap: few rows to rank); only when those are too few, any term.
+        rows = self._ranked(" ".join(f'"{t}"' for t in terms), k)
+        if len(rows) < k and len(terms) > 1:
+            seen = {(r[2], r[3]) for r in rows}
+            rows += [r for r in self._ranked(" OR ".join(f'"{t}"' for t in terms), k) if (r[2], r[3]) not in seen]
+            rows = rows[:k]
         return [Evidence(id=f"{path}#{position}", source=f"{path}#{position}", title=title, snippet=body,
                          score=-rank) for title, body, path, position, rank in rows]
