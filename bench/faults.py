@@ -154,6 +154,7 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
+    parser.add_argument("--strategies", default="none,every-step,reflexa,reflexa-pass2")
     parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
     args = parser.parse_args()
     model = resolve_model(args.model)
@@ -163,7 +164,7 @@ def main() -> None:
         store = MemoryStore()
         library = ExperienceLibrary(store)
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
-        for name in ("none", "every-step", "reflexa", "reflexa-pass2"):
+        for name in args.strategies.split(","):
             rows = []
             for task in suite:
                 registry = ToolRegistry(faulty_tools(db, task.fault))
