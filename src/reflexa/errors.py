@@ -21,6 +21,10 @@ class ReflexaError(Exception):
         super().__init__(message)
         self.hint = hint
 
+    def explained(self) -> str:
+        """The message with its hint, on one line: how a loop reports the error in its result."""
+        return f"{self}" + (f" ({self.hint})" if self.hint else "")
+
 
 class ConfigError(ReflexaError):
     """A flag, a model spec, a config file or an input file is wrong or missing."""

@@ -127,7 +127,7 @@ def react(
             run.record("checkpoint", None, None, {"state": _snapshot(state, engine)})
         return finish(StopReason.MAX_ITERATIONS)
     except ModelError as exc:
-        return finish(StopReason.ERROR, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
+        return finish(StopReason.ERROR, exc.explained())
 
 
 def _observe(run: Run, registry: ToolRegistry, step: int, tool: str, args: dict[str, Any],

@@ -127,7 +127,7 @@ def refine(
                 revising = (candidate, feedback)
         return finish(StopReason.MAX_ITERATIONS)
     except ModelError as exc:
-        return finish(StopReason.ERROR, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
+        return finish(StopReason.ERROR, exc.explained())
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:

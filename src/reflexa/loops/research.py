@@ -92,7 +92,7 @@ def research(
         signals.append(audit(current.answer, {n for n, _ in numbered.values()}))
         return finish(StopReason.PASSED, current.answer)
     except ModelError as exc:
-        return finish(StopReason.ERROR, None, f"{exc}" + (f" ({exc.hint})" if exc.hint else ""))
+        return finish(StopReason.ERROR, None, exc.explained())
 
 
 def _search(run: Run, backend: SearchBackend, queries: Sequence[str], cache: SearchCache | None, k: int) -> SearchOutcome:
