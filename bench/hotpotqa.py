@@ -7,7 +7,8 @@ index, so a citation is correct when its (title, sentence) is among the question
   (a) no-research   the draft answer alone
   (b) every-time    always search with the question, pass whole paragraphs, revise once (the common way)
   (c) reflexa       `research`: gated, query rules, distilled evidence, audited citations
-Reports exact match and F1 (SQuAD normalisation, on the answer with citations and markers stripped),
+Reports exact match and F1 (SQuAD normalisation, on the answer with citations and markers stripped), how
+often the gold answer appears inside the answer (a small model rarely answers in exactly the gold words),
 citation precision and recall against supporting_facts, and tokens and calls per question.
 """
 
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import string
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ DEFAULT_DATA = Path(os.environ.get("REFLEXA_DATA", Path(__file__).parent.parent.
 
 
 def normalise(text: str) -> str:
-    text = re.sub(r"\[(UNCERTAIN: )?|\]|\[\d+\]", " ", text.lower())
+    text = re.sub(r"\[\d+\]|\[(uncertain: )?|\]", " ", text.lower())
     text = "".join(ch for ch in text if ch not in string.punctuation)
     return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
 
@@ -43,14 +45,15 @@ def answer_only(output: str) -> str:
     return output.split("\n\nCould not verify:")[0].split("\n\nReferences:")[0]
 
 
-def em_f1(prediction: str, gold: str) -> tuple[float, float]:
+def em_f1_contains(prediction: str, gold: str) -> tuple[float, float, float]:
+    """SQuAD exact match and token F1, plus whether the gold answer occurs in the prediction."""
     p, g = normalise(prediction).split(), normalise(gold).split()
-    exact = float(" ".join(p) == " ".join(g)) or float(" ".join(g) in " ".join(p) and len(p) <= len(g) + 3)
+    exact, contains = float(p == g), float(f" {' '.join(g)} " in f" {' '.join(p)} ")
     common = sum((Counter(p) & Counter(g)).values())
     if common == 0:
-        return exact, 0.0
+        return exact, 0.0, contains
     precision, recall = common / len(p), common / len(g)
-    return exact, 2 * precision * recall / (precision + recall)
+    return exact, 2 * precision * recall / (precision + recall), contains
 
 
 def sentence_corpus(row: dict[str, Any]) -> LocalCorpus:
@@ -101,26 +104,27 @@ def main() -> None:
     report: dict[str, Any] = {"model": model.name, "questions": len(rows), "strategies": {}}
     for name in ("no-research", "every-time", "reflexa"):
         totals = Counter()
-        for row in rows:
+        for i, row in enumerate(rows, 1):
             if name == "every-time":
                 answer, evidence, result = every_time(row["question"], row, model)
             else:
                 result = research(row["question"], sentence_corpus(row), model=model,
                                   budget=Budget(max_iterations=0 if name == "no-research" else 2))
                 answer, evidence = answer_only(result.output or ""), result.details.get("evidence", [])
-            exact, f1 = em_f1(answer, row["answer"])
+            exact, f1, contains = em_f1_contains(answer, row["answer"])
             good, made, gold = citation_scores(evidence, answer, row)
             usage = result.total_usage
-            totals.update({"em": exact, "f1": f1, "good": good, "cited": made, "gold": gold,
+            totals.update({"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
                            "tokens": usage.total_tokens, "calls": usage.calls})
+            print(f"  {name} {i}/{len(rows)} stop={result.stop_reason.value} f1={f1:.2f}", file=sys.stderr, flush=True)
         n = len(rows)
-        summary = {"exact_match": totals["em"] / n, "f1": totals["f1"] / n,
+        summary = {"exact_match": totals["em"] / n, "f1": totals["f1"] / n, "answer_contained": totals["contains"] / n,
                    "citation_precision": totals["good"] / totals["cited"] if totals["cited"] else None,
                    "citation_recall": totals["good"] / totals["gold"] if totals["gold"] else None,
                    "tokens_per_question": totals["tokens"] / n, "calls_per_question": totals["calls"] / n}
         report["strategies"][name] = summary
-        print(f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  citation P "
-              f"{summary['citation_precision']}  R {summary['citation_recall']}  tokens/q "
+        print(f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
+              f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R {summary['citation_recall']}  tokens/q "
               f"{summary['tokens_per_question']:.0f}  calls/q {summary['calls_per_question']:.2f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
