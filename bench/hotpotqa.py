@@ -42,7 +42,10 @@ def normalise(text: str) -> str:
 
 
 def answer_only(output: str) -> str:
-    return output.split("\n\nCould not verify:")[0].split("\n\nReferences:")[0]
+    """The answer without what `research` appends: its note, failed searches, references."""
+    for tail in ("\n\nNo new evidence was sought", "\n\nCould not verify:", "\n\nReferences:"):
+        output = output.split(tail)[0]
+    return output
 
 
 def em_f1_contains(prediction: str, gold: str) -> tuple[float, float, float]:
@@ -82,7 +85,7 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
     paragraphs = sorted(zip(row["context"]["title"], row["context"]["sentences"]),
                         key=lambda p: -len(words & prompts.content_words(" ".join(p[1]))))[:3]
     evidence = [(n, Evidence(f"{t}#0", f"{t}#0", t, " ".join(s))) for n, (t, s) in enumerate(paragraphs, 1)]
-    revised = run.call(Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Draft,
+    revised = run.call(Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision,
                        max_tokens=700)
     answer = revised.value.answer if revised is not None and revised.value is not None else draft.value.answer
     result = run.finish(StopReason.PASSED, output=answer, best=answer, verdict=None, iterations=1)

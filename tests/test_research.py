@@ -82,8 +82,17 @@ def test_query_rules():
 
 
 def test_vague_gaps_are_not_concrete():
-    assert concrete_gaps(Gaps(missing=["more information", "details"])) == []
-    assert concrete_gaps(Gaps(missing=["the tower's height in metres"])) == ["the tower's height in metres"]
+    assert concrete_gaps(Gaps(missing=["more information", "details"], superfluous=[])) == []
+    assert concrete_gaps(Gaps(missing=["the tower's height in metres"], superfluous=[])) == ["the tower's height in metres"]
+
+
+def test_a_draft_without_search_queries_is_asked_again(corpus):
+    corpus, _ = corpus
+    gap = ["the tower's height"]
+    model = ScriptedModel([draft("It is tall.", missing=gap), draft("It is tall.", missing=gap, queries=["eiffel height"]),
+                           draft("It is 330 metres tall [1].")])
+    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    assert model.calls == 3 and result.usage["search"].calls == 1 and "330 metres" in result.output
 
 
 def test_gate_skips_research_when_no_concrete_gap(corpus):

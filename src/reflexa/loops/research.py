@@ -134,12 +134,12 @@ def _revise(run: Run, question: str, current: prompts.Draft, numbered: dict[str,
     feedback = ""
     for attempt in (1, 2):
         reply = run.call(Role.GENERATOR, prompts.revise(question, current, evidence, failed, feedback),
-                         schema=prompts.Draft, max_tokens=700)
+                         schema=prompts.Revision, max_tokens=700)
         if reply is None:
             return None
         if reply.value is None:
             return current  # an unusable revision keeps the last good draft
-        revision: prompts.Draft = reply.value
+        revision: prompts.Revision = reply.value
         revision.answer = strip_references(revision.answer)
         signal = audit(revision.answer, valid)
         run.record("audit", Role.EVALUATOR, {"attempt": attempt}, signal)
