@@ -1,6 +1,7 @@
 """HotpotQA (distractor setting) with `research`: answer quality, citation quality and cost, three ways.
 
-    .venv/bin/python bench/hotpotqa.py [--model local] [--limit 60] [--data ../shared/data/hotpotqa/...]
+    .venv/bin/python bench/hotpotqa.py [--model local] [--limit 60] [--strategies no-research,every-time,reflexa]
+                                       [--data ../shared/data/hotpotqa/...] [--out bench/results/hotpotqa.json]
 
 Each question's 10 paragraphs form its own corpus, one passage per sentence carrying title and sentence
 index, so a citation is correct when its (title, sentence) is among the question's supporting facts.
@@ -93,20 +94,35 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
     return answer, [{"n": n, "title": e.title, "source": e.source} for n, e in evidence], result
 
 
+STRATEGIES = ("no-research", "every-time", "reflexa")
+
+
+def summarise(totals: Counter, n: int) -> dict[str, Any]:
+    return {"questions_done": n, "exact_match": totals["em"] / n, "f1": totals["f1"] / n,
+            "answer_contained": totals["contains"] / n,
+            "citation_precision": totals["good"] / totals["cited"] if totals["cited"] else None,
+            "citation_recall": totals["good"] / totals["gold"] if totals["gold"] else None,
+            "tokens_per_question": totals["tokens"] / n, "calls_per_question": totals["calls"] / n}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local")
     parser.add_argument("--limit", type=int, default=60)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl")
     parser.add_argument("--out", type=Path, default=Path("bench/results/hotpotqa.json"))
     args = parser.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"HotpotQA data not found at {args.data}; pass --data or set REFLEXA_DATA")
+    if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
+        raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
     rows = [json.loads(line) for line in args.data.read_text().splitlines()][: args.limit]
     model = resolve_model(args.model)
     report: dict[str, Any] = {"model": model.name, "questions": len(rows), "strategies": {}}
-    for name in ("no-research", "every-time", "reflexa"):
-        totals = Counter()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for name in args.strategies.split(","):
+        totals: Counter = Counter()
         for i, row in enumerate(rows, 1):
             if name == "every-time":
                 answer, evidence, result = every_time(row["question"], row, model)
@@ -120,17 +136,13 @@ def main() -> None:
             totals.update({"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
                            "tokens": usage.total_tokens, "calls": usage.calls})
             print(f"  {name} {i}/{len(rows)} stop={result.stop_reason.value} f1={f1:.2f}", file=sys.stderr, flush=True)
-        n = len(rows)
-        summary = {"exact_match": totals["em"] / n, "f1": totals["f1"] / n, "answer_contained": totals["contains"] / n,
-                   "citation_precision": totals["good"] / totals["cited"] if totals["cited"] else None,
-                   "citation_recall": totals["good"] / totals["gold"] if totals["gold"] else None,
-                   "tokens_per_question": totals["tokens"] / n, "calls_per_question": totals["calls"] / n}
-        report["strategies"][name] = summary
+            # Written after every question, so a long run that is stopped keeps what it measured.
+            report["strategies"][name] = summary = summarise(totals, i)
+            args.out.write_text(json.dumps(report, indent=2))
         print(f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
-              f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R {summary['citation_recall']}  tokens/q "
-              f"{summary['tokens_per_question']:.0f}  calls/q {summary['calls_per_question']:.2f}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+              f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R "
+              f"{summary['citation_recall']}  tokens/q {summary['tokens_per_question']:.0f}  "
+              f"calls/q {summary['calls_per_question']:.2f}", flush=True)
     print(f"written to {args.out}")
 
 
