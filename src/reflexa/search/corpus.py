@@ -140,15 +140,15 @@ class LocalCorpus:
             "ORDER BY rank LIMIT ?", (match, k)).fetchall()
 
     def search(self, query: str, k: int = 5) -> list[Evidence]:
-        # Each word becomes a quoted FTS term joined by OR: user text never reaches FTS syntax.
-        terms = [w for w in _WORD.findall(query.lower()) if len(w) > 1]
+        # Each word becomes a quoted FTS term: user text never reaches FTS syntax.
+        terms = [f'"{w}"' for w in _WORD.findall(query.lower()) if len(w) > 1]
         if not terms:
             return []
         # Passages holding every term first (cheap: few rows to rank); only when those are too few, any term.
-        rows = self._ranked(" ".join(f'"{t}"' for t in terms), k)
+        rows = self._ranked(" ".join(terms), k)
         if len(rows) < k and len(terms) > 1:
             seen = {(r[2], r[3]) for r in rows}
-            rows += [r for r in self._ranked(" OR ".join(f'"{t}"' for t in terms), k) if (r[2], r[3]) not in seen]
+            rows += [r for r in self._ranked(" OR ".join(terms), k) if (r[2], r[3]) not in seen]
             rows = rows[:k]
         return [Evidence(id=f"{path}#{position}", source=f"{path}#{position}", title=title, snippet=body,
                          score=-rank) for title, body, path, position, rank in rows]
