@@ -45,6 +45,7 @@ QUESTIONS = [
      "ORDER BY count(*) DESC, c.name LIMIT 1"),
 ]
 FAULTS = ["none", "flaky", "slow", "verbose"]
+STRATEGIES = ("none", "every-step", "reflexa", "reflexa-pass2")
 
 
 @dataclass
@@ -154,9 +155,11 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
-    parser.add_argument("--strategies", default="none,every-step,reflexa,reflexa-pass2")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
     args = parser.parse_args()
+    if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
+        raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
     model = resolve_model(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         db = load_shop(Path(tmp) / "shop.sqlite")
