@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflexa import (Budget, ExperienceLibrary, MemoryStore, Result, Tool, ToolError, ToolRegistry, react,
+from reflexa import (Budget, ExperienceLibrary, MemoryStore, Result, Session, Tool, ToolError, ToolRegistry, react,
                      resolve_model, sql_tools)
+from reflexa.tools import ToolSession
 from reflexa.loops import react_prompts as prompts
 from reflexa.reflect.reflector import Reflection
 from reflexa.runtime import Run
@@ -99,7 +100,8 @@ def correct(answer: str | None, expected: str) -> bool:
 
 def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, steps: int) -> tuple[Result, list[int]]:
     """(a) and (b): the common tutorial loop, every earlier step in the prompt."""
-    run = Run("baseline", goal, model, budget=Budget(max_iterations=steps))
+    run = Run("baseline", goal, model, budget=Budget())
+    tools = ToolSession(registry)
     schema = prompts.action_schema(registry)
     history: list[str] = []
     lessons: list[str] = []
@@ -116,7 +118,7 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
         if tool == prompts.FINAL:
             answer = str(args.get("answer", ""))
             break
-        observation = registry.call(tool, args)
+        observation = tools.call(tool, args, step=step)
         history.append(f"{step}. {tool}({json.dumps(args)}) -> {observation.shown()}")
         if not observation.ok and error_since is None:
             error_since = step
@@ -172,8 +174,8 @@ def main() -> None:
             for task in suite:
                 registry = ToolRegistry(faulty_tools(db, task.fault))
                 if name.startswith("reflexa"):
-                    result = react(task.question, registry, model=model, store=store, experience=library,
-                                   budget=Budget(max_iterations=args.steps))
+                    session = Session(model=model, store=store, experience=library)
+                    result = react(task.question, registry, session=session, max_steps=args.steps)
                     recoveries = result.counters["recovery_steps"]
                 else:
                     result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step",

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflexa import Budget, resolve_model
+from reflexa import Budget, Session, resolve_model
 from reflexa.evaluate.citations import cited
 from reflexa.loops import research_prompts as prompts
 from reflexa.loops.research import research
@@ -127,8 +127,8 @@ def main() -> None:
             if name == "every-time":
                 answer, evidence, result = every_time(row["question"], row, model)
             else:
-                result = research(row["question"], sentence_corpus(row), model=model,
-                                  budget=Budget(max_iterations=0 if name == "no-research" else 2))
+                result = research(row["question"], sentence_corpus(row), session=Session(model=model),
+                                  max_rounds=0 if name == "no-research" else 2)
                 answer, evidence = answer_only(result.output or ""), result.details.get("evidence", [])
             exact, f1, contains = em_f1_contains(answer, row["answer"])
             good, made, gold = citation_scores(evidence, answer, row)

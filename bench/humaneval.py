@@ -23,15 +23,15 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
-from reflexa import Budget, CheckContext, Governor, MemoryStore, PythonScriptCheck, refine, resolve_model
+from reflexa import CheckContext, Governor, Session, MemoryStore, PythonScriptCheck, refine, resolve_model
 from reflexa.types import Signal
 
 STRATEGIES = {
-    "single": {"budget": Budget(max_iterations=1)},
-    "refine": {"budget": Budget(max_iterations=3), "context": "latest"},
-    "refine-full": {"budget": Budget(max_iterations=3), "context": "full"},
-    "governor-pass1": {"budget": Budget(max_iterations=3), "context": "latest"},
-    "governor-pass2": {"budget": Budget(max_iterations=3), "context": "latest"},
+    "single": {"max_attempts": 1},
+    "refine": {"max_attempts": 3, "context": "latest"},
+    "refine-full": {"max_attempts": 3, "context": "full"},
+    "governor-pass1": {"max_attempts": 3, "context": "latest"},
+    "governor-pass2": {"max_attempts": 3, "context": "latest"},
 }
 
 
@@ -84,9 +84,10 @@ def main() -> None:
     for name in args.strategies.split(","):
         rows, started = [], time.monotonic()
         for problem in problems:
-            extra = {"governor": governor, "family": "humaneval"} if name.startswith("governor") else {}
-            result = refine(task_text(problem), [HumanEvalCheck(problem)], model=model, store=MemoryStore(),
-                            max_tokens=args.max_tokens, **STRATEGIES[name], **extra)
+            governed_run = name.startswith("governor")
+            session = Session(model=model, store=MemoryStore(), governor=governor if governed_run else None)
+            result = refine(task_text(problem), [HumanEvalCheck(problem)], session=session, max_tokens=args.max_tokens,
+                            family="humaneval", **STRATEGIES[name])
             total = result.total_usage
             rows.append({"task_id": problem["task_id"], "passed": result.passed, "stop": result.stop_reason.value,
                          "tokens": total.total_tokens, "calls": total.calls, "iterations": result.iterations,

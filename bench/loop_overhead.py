@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reflexa import Budget, MemoryStore, ScriptedModel, Signal, SQLiteStore, refine
+from reflexa import Budget, MemoryStore, ScriptedModel, Session, Signal, SQLiteStore, refine
 from reflexa.types import ErrorCode
 
 
@@ -57,8 +57,7 @@ def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
         store = {"sqlite": lambda: SQLiteStore(Path(tmp) / "b.db"), "memory": MemoryStore}[store_kind]()
         check = NeverPasses(iterations)
         started = time.perf_counter()
-        result = refine("bench task", [check], model=model, store=store, explain=explain,
-                        budget=Budget(max_iterations=iterations, max_reflections=iterations if explain else 0))
+        result = refine('bench task', [check], explain=explain, budget=Budget(max_reflections=iterations if explain else 0), session=Session(model=model, store=store), max_attempts=iterations)
         elapsed = time.perf_counter() - started
     assert result.iterations == iterations, result.stop_reason
     return elapsed / iterations * 1e6

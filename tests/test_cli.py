@@ -108,7 +108,7 @@ def test_unreachable_server_is_one_line_and_exit_1():
 
 def test_show_unknown_run():
     result = runner.invoke(app, ["show", "nope"])
-    assert result.exit_code == 2 and "no single run" in result.output
+    assert result.exit_code == 2 and "no run has an id starting with" in result.output
 
 
 def test_models_lists_every_backend():

@@ -9,7 +9,7 @@ import httpx2 as httpx
 import pytest
 from pydantic import BaseModel
 
-from reflexa import Budget, RegexCheck, StopReason, refine, resolve_model
+from reflexa import Session, Budget, RegexCheck, StopReason, refine, resolve_model
 from reflexa.models.local import default_weights
 
 pytestmark = pytest.mark.server
@@ -74,6 +74,5 @@ def test_structured_completion_through_the_server(server):
 
 def test_refine_through_the_server(server):
     model = resolve_model(f"openai:{server}#smollm2")
-    result = refine("Write a Python function named add that returns a + b.", [RegexCheck(r"def add\(")],
-                    model=model, budget=Budget(max_iterations=2), max_tokens=128)
+    result = refine('Write a Python function named add that returns a + b.', [RegexCheck('def add\\(')], max_tokens=128, session=Session(model=model), max_attempts=2)
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}

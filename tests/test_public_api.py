@@ -5,11 +5,12 @@ import reflexa
 
 PUBLIC = [
     "Budget", "Check", "CheckContext", "CommandCheck", "Completion", "ConfigError", "Control", "ErrorCode",
-    "ExperienceLibrary", "Governor", "JsonSchemaCheck", "LLMJudge", "Lesson", "Limits", "MemoryStore", "Model",
-    "ModelError", "ModelNotInstalled", "ModelUnavailable", "Observation", "PytestCheck", "PythonScriptCheck",
-    "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore", "Sandbox", "SandboxError", "ScriptedModel",
-    "Signal", "Status", "Step", "StopReason", "StoreError", "Tool", "ToolError", "ToolRegistry", "Usage",
-    "Verdict", "react", "refine", "resolve_model", "sql_tools", "tool", "trials",
+    "ExperienceLibrary", "Governor", "JsonSchemaCheck", "LLMJudge", "Lesson", "Limits", "LocalCorpus", "MemoryStore",
+    "Model", "ModelError", "ModelNotInstalled", "ModelUnavailable", "Observation", "PytestCheck", "PythonScriptCheck",
+    "ReflexaError", "RegexCheck", "Result", "Role", "RunInterrupted", "SQLiteStore", "Sandbox", "SandboxError",
+    "ScriptedModel", "SearchCache", "Session", "Signal", "Status", "Step", "StopReason", "StoreError", "Tool",
+    "ToolError", "ToolRegistry", "Usage", "Verdict", "react", "refine", "research", "resolve_model", "sql_tools",
+    "tool", "trials",
 ]
 
 

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from reflexa import Budget, MemoryStore, ScriptedModel, Signal, StopReason
+from reflexa import Session, Budget, MemoryStore, ScriptedModel, Signal, StopReason
 from reflexa.loops import refine
 from reflexa.reflect import Decision, Facts, Governor, classify
 from reflexa.reflect.governor import wilson_upper
@@ -72,7 +72,7 @@ def never_converts(store, governor, runs):
         model = ScriptedModel([f"```\n{w}{'x' * i}\n```" if j % 2 == 0 else
                                {"failure_step": "a", "observed_mismatch": "wrong", "root_cause": "r", "correction": "c"}
                                for j, w in enumerate([words[0], "", words[1], "", words[2]])])
-        results.append(refine(f"task {i}", [Never()], model=model, store=store, governor=governor, family="demo"))
+        results.append(refine(f'task {i}', [Never()], family='demo', session=Session(model=model, store=store, governor=governor)))
     return results
 
 
@@ -91,11 +91,11 @@ def test_governor_probes_at_its_rate():
     store = MemoryStore()
     never_converts(store, Governor(store, min_samples=5, probe_rate=0.0), 30)
     governor = Governor(store, min_samples=5, probe_rate=0.5, rng=random.Random(3))
-    plans = [governor.plan("scripted", "demo", f"t{i}", Budget(max_iterations=3)) for i in range(200)]
+    plans = [governor.plan("scripted", "demo", f"t{i}", 3, None) for i in range(200)]
     probes = sum(p.probe for p in plans)
     assert 70 < probes < 130
-    assert all(p.budget.max_iterations == 3 for p in plans if p.probe)
-    assert all(p.budget.max_iterations == 1 for p in plans if not p.probe)
+    assert all(p.bound == 3 for p in plans if p.probe)
+    assert all(p.bound == 1 for p in plans if not p.probe)
 
 
 def test_governor_restores_retries_when_conversions_appear():
@@ -103,11 +103,11 @@ def test_governor_restores_retries_when_conversions_appear():
     governor = Governor(store, min_samples=5, probe_rate=0.0)
     for i in range(30):
         governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
-    assert governor.plan("m", "f", "new", Budget(max_iterations=3)).budget.max_iterations == 1
+    assert governor.plan("m", "f", "new", 3, None).bound == 1
     for i in range(20):
         governor.record("m", "f", f"u{i}", retried=True, converted=True, retry_tokens=100)
-    plan = governor.plan("m", "f", "new", Budget(max_iterations=3))
-    assert plan.budget.max_iterations == 3 and plan.note is None
+    plan = governor.plan("m", "f", "new", 3, None)
+    assert plan.bound == 3 and plan.note is None
 
 
 def test_governor_keeps_retries_for_a_task_reflection_converted():
@@ -116,8 +116,8 @@ def test_governor_keeps_retries_for_a_task_reflection_converted():
     governor.record("m", "f", "special", retried=True, converted=True, retry_tokens=10)
     for i in range(60):
         governor.record("m", "f", f"t{i}", retried=True, converted=False, retry_tokens=100)
-    assert governor.plan("m", "f", "other", Budget(max_iterations=3)).budget.max_iterations == 2  # one retry: some conversion
-    assert governor.plan("m", "f", "special", Budget(max_iterations=3)).budget.max_iterations == 3
+    assert governor.plan("m", "f", "other", 3, None).bound == 2  # one retry: some conversion
+    assert governor.plan("m", "f", "special", 3, None).bound == 3
 
 
 def test_no_signal_means_no_reflection_in_refine():
@@ -127,7 +127,7 @@ def test_no_signal_means_no_reflection_in_refine():
         def run(self, candidate, context):
             return Signal("ok", True, score=1.0)
 
-    result = refine("t", [Ok()], model=ScriptedModel(["```\nx\n```"]))
+    result = refine('t', [Ok()], session=Session(model=ScriptedModel(['```\nx\n```'])))
     assert result.counters["gate_calls"] == 1 and result.counters["reflector_calls"] == 0
     assert result.stop_reason is StopReason.PASSED
 
@@ -137,8 +137,8 @@ def test_governor_cuts_reflections_in_react_loops():
     governor = Governor(store, min_samples=5, probe_rate=0.0)
     for i in range(30):
         governor.record("m", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
-    plan = governor.plan("m", "sql", "new", Budget(max_iterations=8, max_reflections=2), cut="reflections")
-    assert plan.budget.max_iterations == 8 and plan.budget.max_reflections == 0 and "reflections cut" in plan.note
+    plan = governor.plan("m", "sql", "new", 8, 2, cut="reflections")
+    assert plan.bound == 8 and plan.reflections == 0 and "reflections cut" in plan.note
 
 
 def test_react_records_to_and_obeys_the_governor(shop):
@@ -149,13 +149,12 @@ def test_react_records_to_and_obeys_the_governor(shop):
     model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
                            {"failure_step": "1", "observed_mismatch": "nowhere", "root_cause": "r", "correction": "c"},
                            {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
-    first = react("q0", sql_tools(shop), model=model, governor=governor, family="sql",
-                  validator=lambda a: "wrong", budget=Budget(max_iterations=2))
+    first = react('q0', sql_tools(shop), family='sql', validator=lambda a: 'wrong', session=Session(model=model, governor=governor), max_steps=2)
     assert not first.passed and governor.stats("scripted", "sql").samples == 1
     for i in range(30):
         governor.record("scripted", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
     model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
                            {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
-    result = react("q9", sql_tools(shop), model=model, governor=governor, family="sql", validator=lambda a: None)
+    result = react('q9', sql_tools(shop), family='sql', validator=lambda a: None, session=Session(model=model, governor=governor))
     assert result.notes and "reflections cut to" in result.notes[0]
     assert result.counters["reflector_calls"] == 0 and result.passed

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from reflexa import Budget, MemoryStore, ScriptedModel, StopReason
-from reflexa.evaluate.citations import audit, remove_unknown, strip_references
+from reflexa import Session, Budget, MemoryStore, ScriptedModel, StopReason
+from reflexa.evaluate.citations import audit, clean, strip_references, verified
 from reflexa.loops.research import research
 from reflexa.loops.research_prompts import Gaps, clean_queries, concrete_gaps
 from reflexa.search import Evidence, LocalCorpus, SearchCache, SearchError, distill
@@ -91,14 +91,14 @@ def test_a_draft_without_search_queries_is_asked_again(corpus):
     gap = ["the tower's height"]
     model = ScriptedModel([draft("It is tall.", missing=gap), draft("It is tall.", missing=gap, queries=["eiffel height"]),
                            draft("It is 330 metres tall [1].")])
-    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
     assert model.calls == 3 and result.usage["search"].calls == 1 and "330 metres" in result.output
 
 
 def test_gate_skips_research_when_no_concrete_gap(corpus):
     corpus, _ = corpus
     model = ScriptedModel([draft("It is tall.", missing=["more information"], queries=["eiffel"])])
-    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
     assert model.calls == 1 and "search" not in result.usage
     assert any("no new evidence was sought" in n for n in result.notes)
     assert "No new evidence was sought: the draft named no concrete gap." in result.output
@@ -111,7 +111,7 @@ def test_research_cites_retrieved_evidence_with_references(corpus):
               queries=["Eiffel Tower height"]),
         draft("The Eiffel Tower is 330 metres tall [1]."),
     ])
-    result = research("How tall is the Eiffel Tower?", corpus, model=model)
+    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert "330 metres tall [1]" in result.output and "References:\n[1] Eiffel Tower: eiffel.md#" in result.output
     assert result.usage["search"].calls == 1
@@ -126,7 +126,7 @@ def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):
         draft("It is 330 metres tall [1]. It was moved in 1999 [7]."),
         draft("It is 330 metres tall [1]. It was moved in 1999 [7].\n\nReferences:\n[7] made up"),
     ])
-    result = research("How tall is the Eiffel Tower?", corpus, model=model, budget=Budget(max_iterations=1))
+    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model), max_rounds=1)
     assert "[7]" not in result.output and "[UNCERTAIN: It was moved in 1999.]" in result.output
     assert "made up" not in result.output and "[1] Eiffel Tower" in result.output
     assert "[7]" in model.prompts[2][-1]["content"]  # the audit's feedback reached the second revision
@@ -151,8 +151,7 @@ def test_partial_and_failed_searches_are_named():
               queries=["bridge span length", "bridge opening year"]),
         draft("The span is described [1]."),
     ])
-    result = research("Tell me about the bridge span and opening year", Broken("opening"), model=model,
-                      budget=Budget(max_iterations=1))
+    result = research('Tell me about the bridge span and opening year', Broken('opening'), session=Session(model=model), max_rounds=1)
     assert 'Could not verify: search "bridge opening year" failed (HTTP 503' in result.output
     statuses = {q["query"]: q["status"] for q in result.details["queries"]}
     assert statuses == {"bridge span length": "ok", "bridge opening year": "failed"}
@@ -169,8 +168,8 @@ def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
               queries=["bitcoin price today"]),
     ])
     store = MemoryStore()
-    result = research("What colour is the Eiffel Tower?", corpus, model=model, store=store)
-    searched = [s.input["query"] for s in store.steps(result.run_id) if s.kind == "search"]
+    result = research('What colour is the Eiffel Tower?', corpus, session=Session(model=model, store=store))
+    searched = [s.payload().query for s in store.steps(result.run_id) if s.kind == "search"]
     assert searched == ["Eiffel Tower paint colour"]
     references = result.output.split("References:")[1]
     assert "evil.example" not in references and "[9]" not in result.output
@@ -183,7 +182,7 @@ def test_cached_query_costs_no_search_call(corpus):
     for _ in range(2):
         model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
                                draft("330 metres [1].")])
-        result = research("How tall is the Eiffel Tower?", corpus, model=model, cache=cache, store=store)
+        result = research('How tall is the Eiffel Tower?', corpus, cache=cache, session=Session(model=model, store=store))
     assert "search" not in result.usage and cache.hits == 1 and result.counters["cache_hits"] == 1
 
 
@@ -191,7 +190,7 @@ def test_audit_helpers():
     assert audit("a [1] b [2]", {1, 2}).ok
     assert not audit("a [3]", {1}).ok
     assert strip_references("Answer [1].\n\nReferences:\n[1] x") == "Answer [1]."
-    assert remove_unknown("Good [1]. Bad [4].", {1}) == "Good [1]. [UNCERTAIN: Bad.]"
+    assert clean("Good [1]. Bad [4].", {1: "a.md"}) == "Good [1]. [UNCERTAIN: Bad.]"
 
 
 def test_cli_index_and_research(tmp_path):
@@ -215,7 +214,7 @@ def test_cli_index_and_research(tmp_path):
     data = json.loads(result.output)
     assert "References:" in data["output"] and data["details"]["evidence"][0]["title"] == "Eiffel Tower"
     bad = runner.invoke(app, ["research", "q", "--corpus", str(tmp_path / "nope")])
-    assert bad.exit_code == 2 and "corpus folder not found" in bad.output
+    assert bad.exit_code == 2 and "corpus" in bad.output
 
 
 def minimal_pdf(text: str) -> bytes:

@@ -1,7 +1,7 @@
 import multiprocessing
 import sqlite3
 
-from reflexa import Budget, ScriptedModel, SQLiteStore, refine
+from reflexa import Session, Budget, ScriptedModel, SQLiteStore, refine
 from reflexa.trace.sqlite import MIGRATIONS
 from reflexa.trace.store import RunRecord
 from reflexa.types import Signal, Step, Usage
@@ -64,7 +64,7 @@ def test_each_step_is_committed_before_the_next_starts(tmp_path):
         def run(self, candidate, context):
             return Signal("always", True, score=1.0)
 
-    refine("task", [Always()], model=model, store=SQLiteStore(path), observer=observer, budget=Budget())
+    refine('task', [Always()], budget=Budget(), session=Session(model=model, store=SQLiteStore(path), observer=observer))
     assert seen == list(range(1, len(seen) + 1))
 
 

@@ -4,7 +4,7 @@ import pytest
 from pydantic import BaseModel
 
 from reflexa.errors import ConfigError
-from reflexa.tools import ToolError, ToolRegistry, sql_tools, tool
+from reflexa.tools import ToolError, ToolRegistry, ToolSession, sql_tools, tool
 from reflexa.trace.store import MemoryStore
 from reflexa.types import Control, ErrorCode
 
@@ -21,14 +21,14 @@ class Refund(BaseModel):
 
 
 def test_typed_function_becomes_a_validated_tool():
-    registry = ToolRegistry([add])
+    registry = ToolSession(ToolRegistry([add]))
     assert registry.call("add", {"a": 2, "b": 3}).output == "5"
     bad = registry.call("add", {"a": "two", "b": 3})
     assert not bad.ok and bad.code is ErrorCode.SCHEMA
 
 
 def test_schema_error_offers_a_close_match_rename():
-    bad = ToolRegistry([add]).call("add", {"a": 1, "bb": 2})
+    bad = ToolSession(ToolRegistry([add])).call("add", {"a": 1, "bb": 2})
     assert bad.code is ErrorCode.SCHEMA and bad.suggestion == {"a": 1, "b": 2}
 
 
@@ -40,7 +40,7 @@ def test_bad_call_never_runs_the_tool():
         calls.append(x)
         return "ok"
 
-    assert ToolRegistry([record]).call("record", {"x": "nope"}).code is ErrorCode.SCHEMA
+    assert ToolSession(ToolRegistry([record])).call("record", {"x": "nope"}).code is ErrorCode.SCHEMA
     assert calls == []
 
 
@@ -50,7 +50,7 @@ def test_pydantic_model_tool():
         """Refund an order."""
         return f"refunded {request.amount} on {request.order_id}"
 
-    registry = ToolRegistry([refund])
+    registry = ToolSession(ToolRegistry([refund]))
     assert registry.call("refund", {"order_id": 7, "amount": 5}).output == "refunded 5.0 on 7"
 
 
@@ -72,7 +72,7 @@ def test_timeout_and_exception_codes():
     def explicit() -> str:
         raise ToolError(ErrorCode.NOT_FOUND, "no order 9", fatal=True)
 
-    registry = ToolRegistry([slow, missing, denied, explicit])
+    registry = ToolSession(ToolRegistry([slow, missing, denied, explicit]))
     started = time.monotonic()
     assert registry.call("slow", {}).code is ErrorCode.TIMEOUT
     assert time.monotonic() - started < 1.0
@@ -80,7 +80,7 @@ def test_timeout_and_exception_codes():
     assert registry.call("denied", {}).code is ErrorCode.PERMISSION
     fatal = registry.call("explicit", {})
     assert fatal.code is ErrorCode.NOT_FOUND and fatal.fatal
-    assert registry.call("nope", {}).code is ErrorCode.NOT_FOUND
+    assert registry.call("nope", {}).code is ErrorCode.SCHEMA  # an unknown tool name is a schema error
 
 
 def test_output_is_capped_and_pageable():
@@ -88,13 +88,13 @@ def test_output_is_capped_and_pageable():
     def big() -> str:
         return "x" * 250
 
-    registry = ToolRegistry([big])
+    registry = ToolSession(ToolRegistry([big]))
     first = registry.call("big", {})
     assert first.truncated and len(first.output) == 100 and "truncated" in first.shown()
-    second = registry.page(first, 1)
+    second = registry.page("big", 1)
     assert second is not None and len(second.output) == 100 and second.truncated
-    assert registry.page(first, 2).output == "x" * 50
-    assert registry.page(first, 3) is None
+    assert registry.page("big", 2).output == "x" * 50
+    assert registry.page("big", 3) is None
 
 
 def test_empty_result_legal_or_not():
@@ -106,13 +106,13 @@ def test_empty_result_legal_or_not():
     def search() -> list:
         return []
 
-    registry = ToolRegistry([lookup, search])
+    registry = ToolSession(ToolRegistry([lookup, search]))
     assert registry.call("lookup", {}).code is ErrorCode.EMPTY
     assert registry.call("search", {}).ok
 
 
 def test_blocks_are_enforced():
-    registry = ToolRegistry([add])
+    registry = ToolSession(ToolRegistry([add]))
     registry.blocks.apply(Control("block_value", "add", "a", "1"))
     assert registry.call("add", {"a": 1, "b": 1}).code is ErrorCode.BLOCKED
     assert registry.call("add", {"a": 2, "b": 1}).ok
@@ -129,14 +129,38 @@ def test_side_effects_are_idempotent_by_key():
         return f"charged {amount}"
 
     store = MemoryStore()
-    registry = ToolRegistry([charge])
-    first = registry.call("charge", {"amount": 5}, effect_key="k1", effects=store)
-    again = registry.call("charge", {"amount": 5}, effect_key="k1", effects=store)
+    registry = ToolSession(ToolRegistry([charge]), store, "run1")
+    first = registry.call("charge", {"amount": 5}, step=1)
+    again = registry.call("charge", {"amount": 5}, step=1)
     assert effects == [5] and again.replayed and again.output == first.output
+    other = registry.call("charge", {"amount": 6}, step=1)  # other arguments at the same step: a new call
+    assert effects == [5, 6] and not other.replayed
+
+
+def test_one_registry_serves_runs_with_their_own_blocks():
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    registry = ToolRegistry([add])
+    first = ToolSession(registry)
+    first.blocks.apply(Control("block_tool", "add"))
+    assert first.call("add", {"a": 1, "b": 1}).code is ErrorCode.BLOCKED
+    assert ToolSession(registry).call("add", {"a": 1, "b": 1}).ok  # run 2 is not bound by run 1's blocks
+
+
+def test_reserved_and_unknown_tool_names():
+    @tool(name="final_answer")
+    def sneaky() -> str:
+        return "x"
+
+    with pytest.raises(ConfigError):
+        ToolRegistry([sneaky])
+    assert ToolSession(ToolRegistry([])).call("(page)", {}).code is ErrorCode.SCHEMA
 
 
 def test_sql_tools_read_only_by_default(shop):
-    registry = ToolRegistry(sql_tools(shop))
+    registry = ToolSession(ToolRegistry(sql_tools(shop)))
     assert "customers" in registry.call("list_tables", {}).output
     assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
     rows = registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"})
@@ -146,7 +170,7 @@ def test_sql_tools_read_only_by_default(shop):
 
 
 def test_sql_unknown_column_suggests_a_close_match(shop):
-    registry = ToolRegistry(sql_tools(shop))
+    registry = ToolSession(ToolRegistry(sql_tools(shop)))
     wrong = registry.call("query", {"sql": "SELECT nme FROM customers LIMIT 1"})
     assert wrong.code is ErrorCode.NOT_FOUND and "did you mean name" in wrong.message
     assert wrong.suggestion == {"sql": "SELECT name FROM customers LIMIT 1"}

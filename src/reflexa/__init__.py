@@ -1,8 +1,9 @@
 """reflexa: self-correcting LLM agents that check each attempt against objective signals, turn a failure
 into a short structured lesson, and retry within a hard budget.
 
-    >>> from reflexa import refine, PytestCheck, Budget
-    >>> result = refine("Write is_prime(n: int) -> bool", [PytestCheck("test_solution.py")])
+    >>> from reflexa import refine, PytestCheck, Session, SQLiteStore
+    >>> result = refine("Write is_prime(n: int) -> bool", [PytestCheck("test_solution.py")],
+    ...                 session=Session(store=SQLiteStore()))
     >>> result.stop_reason, result.best
 
     >>> from reflexa import react, sql_tools
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    # loops
+    # loops and what they share
+    "Session": "reflexa.loops.session",
     "react": "reflexa.loops.react",
     "refine": "reflexa.loops.refine",
+    "research": "reflexa.loops.research",
     "trials": "reflexa.loops.trials",
     # engine
     "ExperienceLibrary": "reflexa.reflect.experience",
@@ -32,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "reflexa.tools.registry",
     "ToolRegistry": "reflexa.tools.registry",
     "sql_tools": "reflexa.tools.sql",
+    # search
+    "LocalCorpus": "reflexa.search.corpus",
+    "SearchCache": "reflexa.search.cache",
     "tool": "reflexa.tools.registry",
     # core types
     "Budget": "reflexa.types",
@@ -71,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "ModelNotInstalled": "reflexa.errors",
     "ModelUnavailable": "reflexa.errors",
     "ReflexaError": "reflexa.errors",
+    "RunInterrupted": "reflexa.errors",
     "SandboxError": "reflexa.errors",
     "StoreError": "reflexa.errors",
 }
@@ -93,13 +100,17 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .errors import (ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError,
-                         SandboxError, StoreError)
+                         RunInterrupted, SandboxError, StoreError)
     from .evaluate.checks import (Check, CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
                                   PythonScriptCheck, RegexCheck)
     from .evaluate.sandbox import Limits, Sandbox
     from .loops.react import react
     from .loops.refine import refine
+    from .loops.research import research
+    from .loops.session import Session
     from .loops.trials import trials
+    from .search.cache import SearchCache
+    from .search.corpus import LocalCorpus
     from .reflect.experience import ExperienceLibrary
     from .reflect.governor import Governor
     from .tools.registry import Observation, Tool, ToolError, ToolRegistry, tool

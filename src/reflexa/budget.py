@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from .types import Budget, Role, StopReason, Usage
 
@@ -48,3 +49,13 @@ class Meter:
         if self.budget.max_tokens is None:
             return max_tokens
         return max(1, min(max_tokens, self.budget.max_tokens - self.total.total_tokens))
+
+    def remaining(self) -> Budget:
+        """The budget left: what an inner run (a trial) may still spend of this run's limits."""
+        b, total = self.budget, self.total
+        return replace(
+            b,
+            max_tokens=None if b.max_tokens is None else max(0, b.max_tokens - total.total_tokens),
+            max_calls=None if b.max_calls is None else max(0, b.max_calls - total.calls),
+            max_seconds=None if b.max_seconds is None else max(0.0, b.max_seconds - self.elapsed),
+        )

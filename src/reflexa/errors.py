@@ -8,6 +8,9 @@
     ├── StoreError             the trace store could not be read or written
     └── SandboxError           the sandbox could not be set up (not: the code inside failed)
 
+    KeyboardInterrupt
+    └── RunInterrupted         Ctrl-C during a run: the run is stored as interrupted, and resumable
+
 Every error carries a one-line message and, where one exists, a `hint` saying what to do next.
 """
 
@@ -48,3 +51,11 @@ class StoreError(ReflexaError):
 
 class SandboxError(ReflexaError):
     """The sandbox itself could not be set up. Failures of the code inside are signals, not errors."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run. The run is stored as INTERRUPTED; `reflexa resume RUN_ID` continues it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} interrupted")
+        self.run_id = run_id

@@ -1,40 +1,67 @@
-"""One run's plumbing shared by every loop: model calls under the budget, and the trace."""
+"""One run's plumbing, below the engine: model calls under the budget, and the trace.
+
+Every step is written to the store before the next one starts, so a killed run resumes where it stopped.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import structured
-from .errors import ConfigError
 from .budget import Meter
+from .errors import ConfigError
 from .models.base import Completion, Model
 from .structured import Message, Schema
 from .trace.store import MemoryStore, RunRecord, Store
-from .types import Budget, Result, Role, StopReason, Step, Usage, Verdict
+from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
-"""Called with ("call", role) before a model call and ("step", Step) after each step is stored."""
+"""Called with ("call", role) before a model call, ("token", text) while a reply streams where the
+backend can, ("status", text) while a check or tool runs, and ("step", Step) after each step is stored."""
+
+LENGTH_REASK_GROWTH = 2
+"""A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
+
+
+@payload("model_call")
+@dataclass(slots=True)
+class ModelCall(Payload):
+    """One model call; its messages are in the step's `input`."""
+
+    text: str
+    value: Any = None
+    error: str | None = None
+    finish_reason: str = "stop"
+
+
+@payload("checkpoint")
+@dataclass(slots=True)
+class Checkpoint(Payload):
+    """A loop's whole state and the engine's, as plain data: what a resumed run starts from."""
+
+    state: dict[str, Any]
+    engine: dict[str, Any] = field(default_factory=dict)
+
+
+@payload("stop")
+@dataclass(slots=True)
+class Stop(Payload):
+    """How the run ended."""
+
+    stop_reason: StopReason
+    error: str | None = None
 
 
 class Run:
-    """A run in progress. Every step is written to the store before the next one starts."""
+    """A run in progress: its trace, its budget meter and its model calls."""
 
-    def __init__(
-        self,
-        loop: str,
-        task: str,
-        model: Model,
-        *,
-        budget: Budget,
-        store: Store | None = None,
-        observer: Observer | None = None,
-        meta: dict[str, Any] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        resume: str | None = None,
-    ) -> None:
+    def __init__(self, loop: str, task: str, model: Model, *, budget: Budget, store: Store | None = None,
+                 observer: Observer | None = None, meta: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic, resume: str | None = None) -> None:
         """Start a run, or with `resume=RUN_ID` reopen a stored one: its step numbering and the usage its
         stored steps already spent carry on; its steps are in `self.resumed_steps`."""
         self.model = model
@@ -51,9 +78,11 @@ class Run:
             return
         record = self.store.get_run(resume)
         if record is None:
-            raise ConfigError(f"no single run matches {resume!r}", hint="list runs with `reflexa runs`")
+            raise ConfigError(f"no run matches {resume!r}", hint="list runs with `reflexa runs`")
         if record.status == "finished":
             raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
+        if record.loop != loop:
+            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run, not {loop}")
         self.run_id = record.run_id
         self.resumed_steps = self.store.steps(record.run_id)
         self.next_step = (self.resumed_steps[-1].step_id + 1) if self.resumed_steps else 1
@@ -61,48 +90,64 @@ class Run:
             if step.role and step.usage.calls:
                 self.meter.record(step.role, step.usage)
 
-    def record(self, kind: str, role: str | None = None, input: Any = None, output: Any = None,
+    def record(self, data: Payload, role: Role | str | None = None, *, input: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
+        """Store one step, committed before this returns."""
         now = time.time()
-        step = Step(self.run_id, self.next_step, kind, role, input, output, usage or Usage(),
-                    started_at if started_at is not None else now, now)
+        step = Step(self.run_id, self.next_step, data.KIND, str(role) if role else None, input, data,
+                    usage or Usage(), started_at if started_at is not None else now, now)
         self.store.add_step(step)
         self.next_step += 1
         if self.observer:
             self.observer("step", step)
         return step
 
+    def status(self, text: str) -> None:
+        """Tell the observer what is running now (a check, a tool), for a live view."""
+        if self.observer:
+            self.observer("status", text)
+
     def call(self, role: Role, messages: list[Message], *, schema: Schema | None = None,
              max_tokens: int = 512, temperature: float = 0.0, reask: bool = True) -> Completion | None:
-        """One model call (plus, with a schema and `reask`, at most one re-ask), each checked against the
-        budget first. Returns None when the budget is spent; `budget_stop` then says which limit."""
+        """One model call, each checked against the budget first. With a schema and `reask`, a reply that
+        does not validate is asked once more with the error, and one cut off at max_tokens once more with
+        more room. Returns None when the budget is spent; `budget_stop` then says which limit."""
 
-        def once(msgs: list[Message]) -> Completion | None:
+        def once(msgs: list[Message], tokens: int = max_tokens) -> Completion | None:
             if (stop := self.meter.check()) is not None:
                 self.budget_stop = stop
                 return None
             if self.observer:
                 self.observer("call", role)
             started = time.time()
-            completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(max_tokens),
+            completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
                                              temperature=temperature)
             self.meter.record(role, completion.usage)
-            self.record("model_call", role, {"messages": msgs},
-                        {"text": completion.text, "value": completion.value, "error": completion.error,
-                         "finish_reason": completion.finish_reason}, completion.usage, started)
+            self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
+                        role, input={"messages": msgs}, usage=completion.usage, started_at=started)
             return completion
 
-        return structured.ask(once, messages) if schema is not None and reask else once(messages)
+        if schema is None or not reask:
+            return once(messages)
+        first = once(messages)
+        if first is not None and first.value is None and first.finish_reason == "length":
+            # Cut off, not wrong: the same question with more room, not a lecture about the schema.
+            return once(messages, max_tokens * LENGTH_REASK_GROWTH) or first
+        if first is None or first.value is not None:
+            return first
+        return structured.ask(lambda msgs: once(msgs), messages, first=first)
 
     def finish(self, stop_reason: StopReason, *, output: str | None, best: str | None,
                verdict: Verdict | None, iterations: int, error: str | None = None,
                counters: dict[str, Any] | None = None, notes: list[str] | None = None,
                details: dict[str, Any] | None = None) -> Result:
+        """Write the stop step and the run's result; the run is then finished (or interrupted)."""
         result = Result(output=output, best=best, verdict=verdict, stop_reason=stop_reason,
-                        usage={role: u for role, u in self.meter.by_role.items()}, run_id=self.run_id,
+                        usage=dict(self.meter.by_role), run_id=self.run_id,
                         iterations=iterations, error=error, counters=counters or {},
                         notes=notes or [], details=details or {})
-        self.record("stop", None, None, {"stop_reason": stop_reason, "error": error})
+        self.record(Stop(stop_reason, error))
         result.steps = self.next_step - 1
-        self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict())
+        status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
+        self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
         return result

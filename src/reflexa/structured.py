@@ -114,13 +114,14 @@ def reask_messages(messages: list[Message], reply: str, error: str) -> list[Mess
     ]
 
 
-def ask(call: Callable[[list[Message]], Any], messages: list[Message]) -> Any:
-    """Call once; if the reply's value is missing, re-ask once with the validation error.
+def ask(call: Callable[[list[Message]], Any], messages: list[Message], *, first: Any = None) -> Any:
+    """Call once (or take `first`, a reply already made); if the reply's value is missing, re-ask once
+    with the validation error.
 
     `call` returns a Completion (value, error, text). Returns the last Completion, or None when the
-    caller's budget refused the re-ask (call returned None).
+    caller's budget refused the first call (a refused re-ask returns the first reply).
     """
-    completion = call(messages)
+    completion = first if first is not None else call(messages)
     if completion is None or completion.value is not None:
         return completion
     retry = call(reask_messages(messages, completion.text, completion.error or "invalid"))

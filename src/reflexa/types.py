@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 
 class Status(StrEnum):
@@ -19,9 +19,15 @@ class Status(StrEnum):
 
 
 class StopReason(StrEnum):
-    """Why a run ended. Every loop returns one; none raises for a spent budget."""
+    """Why a run ended. Every loop returns one; none raises for a spent budget.
+
+    PASSED means an objective check passed. ANSWERED_UNVERIFIED means the loop produced an answer that
+    nothing checked (react without a validator, research whose answer cites no audited evidence): it is
+    reported as such, never as a success.
+    """
 
     PASSED = "PASSED"
+    ANSWERED_UNVERIFIED = "ANSWERED_UNVERIFIED"
     MAX_ITERATIONS = "MAX_ITERATIONS"
     BUDGET_TOKENS = "BUDGET_TOKENS"
     BUDGET_CALLS = "BUDGET_CALLS"
@@ -29,6 +35,7 @@ class StopReason(StrEnum):
     NO_PROGRESS = "NO_PROGRESS"
     UNRECOVERABLE = "UNRECOVERABLE"
     ERROR = "ERROR"
+    INTERRUPTED = "INTERRUPTED"
 
 
 class Role(StrEnum):
@@ -61,6 +68,8 @@ class ErrorCode(StrEnum):
     REPEATED = "REPEATED"
     LOW_CONFIDENCE = "LOW_CONFIDENCE"
     VALIDATION_FAILED = "VALIDATION_FAILED"
+    GAP = "GAP"
+    CUT_OFF = "CUT_OFF"
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")
@@ -92,8 +101,10 @@ class Signal:
 
     @property
     def fingerprint(self) -> str:
-        """Identity of a failure, blind to numbers and spacing: the same bug twice has one fingerprint."""
-        return f"{self.source}|{self.code}|{normalise(self.message)[:200]}"
+        """Identity of a failure, blind to numbers and spacing: the same bug twice has one fingerprint.
+        A repeat keeps its numbers: repeating `refund(1)` and repeating `refund(2)` are two failures."""
+        message = " ".join(self.message.lower().split()) if self.code is ErrorCode.REPEATED else normalise(self.message)
+        return f"{self.source}|{self.code}|{message[:200]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,11 @@ class Verdict:
     @property
     def failing(self) -> tuple[Signal, ...]:
         return tuple(s for s in self.signals if not s.ok)
+
+    @property
+    def objective(self) -> bool:
+        """An objective check (not an LLM judge) looked at the candidate and held."""
+        return any(s.ok and not s.subjective for s in self.signals)
 
     @property
     def score(self) -> float:
@@ -193,7 +209,10 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Hard limits for one run. `None` means unlimited. A limit is checked before each model call."""
+    """Hard resource limits for one run. `None` means unlimited. A limit is checked before each model call.
+
+    A loop's own bound (refine's attempts, react's steps, research's rounds) is the loop's parameter, not
+    part of the budget."""
 
     max_tokens: int | None = None
     """Input plus output tokens over all roles. Overshoot is at most one call's input tokens."""
@@ -201,19 +220,66 @@ class Budget:
     """Model calls over all roles, re-asks included."""
     max_seconds: float | None = None
     """Wall-clock seconds from the start of the run."""
-    max_iterations: int | None = None
-    """Attempts (refine: 3), steps (react: 8) or search rounds (research: 2); None means the loop's default."""
     max_reflections: int | None = None
     """Reflector calls; None means the engine's default quota (2). Past it, retries use raw signals."""
 
-    def with_default_iterations(self, default: int) -> Budget:
-        """This budget with the loop's own iteration default filled in."""
-        return self if self.max_iterations is not None else replace(self, max_iterations=default)
+
+class Serial:
+    """A dataclass with a plain-data form: `to_dict` gives JSON-ready data, `from_dict` rebuilds the
+    dataclass with its nested dataclasses and enums (pydantic does the typed reading)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data, exactly as the store keeps it."""
+        return dict(_adapter(type(self)).dump_python(self, mode="json"))
+
+    @classmethod
+    def from_dict(cls: type[P], data: dict[str, Any]) -> P:
+        """The dataclass back from plain data (pydantic rebuilds nested dataclasses and enums)."""
+        return _adapter(cls).validate_python(data)  # type: ignore[no-any-return]
+
+
+class Payload(Serial):
+    """What one trace step says: a small dataclass per step kind, kept next to the code that writes it.
+
+    Subclasses are dataclasses registered with `@payload("kind")`; `from_dict` reads a stored step back,
+    so a renamed field breaks a round-trip test rather than `reflexa show` at run time."""
+
+    KIND: ClassVar[str] = ""
+
+
+P = TypeVar("P", bound=Serial)
+PAYLOADS: dict[str, type[Payload]] = {}
+"""Every step kind, by name: what `Step.payload()` reads a stored step back into."""
+
+
+@functools.cache
+def _adapter(cls: type) -> Any:
+    from pydantic import TypeAdapter  # deferred: `import reflexa` stays free of pydantic
+
+    return TypeAdapter(cls)
+
+
+Q = TypeVar("Q", bound=Payload)
+
+
+def payload(kind: str) -> Callable[[type[Q]], type[Q]]:
+    """Register a payload dataclass under its step kind."""
+
+    def register(cls: type[Q]) -> type[Q]:
+        if kind in PAYLOADS and PAYLOADS[kind] is not cls:
+            raise ValueError(f"step kind {kind!r} is registered twice")
+        cls.KIND = kind
+        PAYLOADS[kind] = cls
+        return cls
+
+    return register
 
 
 @dataclass(slots=True)
 class Step:
-    """One row of the trace: a model call, a check, a verdict, a lesson or a flag."""
+    """One row of the trace: a model call, a check, a verdict, a lesson or a flag.
+
+    `output` is the step's payload as plain data; `input` holds a model call's messages only."""
 
     run_id: str
     step_id: int
@@ -227,6 +293,18 @@ class Step:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def payload(self) -> Payload | None:
+        """The typed payload, or None for a kind this version does not know (or an older shape)."""
+        if isinstance(self.output, Payload):  # a live step, before the store turned it into data
+            return self.output
+        cls = PAYLOADS.get(self.kind)
+        if cls is None or not isinstance(self.output, dict):
+            return None
+        try:
+            return cls.from_dict(self.output)
+        except ValueError:  # pydantic's ValidationError: a step written by an older version
+            return None
 
 
 @dataclass(slots=True)
@@ -256,6 +334,7 @@ class Result:
 
     @property
     def passed(self) -> bool:
+        """True only when an objective check passed."""
         return self.stop_reason is StopReason.PASSED
 
     @property

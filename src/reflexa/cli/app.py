@@ -12,8 +12,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
+from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
 
 app = typer.Typer(
     name="reflexa",
@@ -51,18 +53,62 @@ def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazil
     return SQLiteStore(path)
 
 
-def read_task(task: str) -> str:
-    """--task is a file when such a file exists, else the task text itself. A lone word ending in .md or
-    .txt that names no file is taken for a mistyped path."""
+EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
+"""How a run's stop reason maps to the exit status; every other reason (a run stopped without passing) is 3.
+2 is bad input."""
+
+
+
+
+
+
+def session_for(model: str | None, trace: Path | None, *, as_json: bool, verbose: bool, experience: bool = False):  # noqa: ANN201
+    """The Session a command runs in: the model, the store, a live view unless --json."""
+    from ..loops import Session
+    from ..models.spec import resolve
+    from ..reflect import ExperienceLibrary
+    from .render import LiveView
+
+    store = open_store(trace)
+    return Session(model=resolve(model), store=store, observer=None if as_json else LiveView(console, verbose=verbose),
+                   experience=ExperienceLibrary(store) if experience else None)
+
+
+def run_cli(session, run):  # noqa: ANN001, ANN201
+    """Run a loop under the live view; Ctrl-C says how to resume."""
+    from ..errors import RunInterrupted
+
     try:
-        path = Path(task)
-        if path.is_file():
-            return path.read_text()
-    except OSError:  # e.g. a long one-line task: too long to be a file name, so it is text
-        return task
-    if " " not in task.strip() and path.suffix in (".md", ".txt"):
-        raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
-    return task
+        return run()
+    except RunInterrupted as exc:
+        _stop_view(session)
+        errors.print(f"interrupted: run {exc.run_id[:12]} is stored as interrupted. Continue it with:\n"
+                     f"  reflexa resume {exc.run_id[:12]}", highlight=False)
+        raise typer.Exit(130) from None
+    finally:
+        _stop_view(session)
+
+
+def _stop_view(session) -> None:  # noqa: ANN001
+    if session.observer is not None:
+        session.observer.stop_spinner()
+
+
+def refine_checks(*, tests: Path | None, check: str | None, out: str | None, judge: bool, timeout: float) -> list:
+    from ..evaluate import CommandCheck, Limits, LLMJudge, PytestCheck, Sandbox
+
+    sandbox = Sandbox(Limits(timeout=timeout, cpu_seconds=max(1, int(timeout))))
+    checks: list = []
+    if tests is not None:
+        read_text_file(tests, "tests file")
+        checks.append(PytestCheck(tests, module=Path(out).stem if out else "solution", sandbox=sandbox))
+    if check is not None:
+        checks.append(CommandCheck(check, out=out or "solution.py", workdir=Path.cwd(), sandbox=sandbox))
+    if judge:
+        checks.append(LLMJudge())
+    if not checks:
+        raise ConfigError("nothing to check the answer against", hint="give --tests FILE, --check CMD or --judge")
+    return checks
 
 
 @app.command()
@@ -74,61 +120,41 @@ def refine(
                      "this directory with the candidate written to --out; exit 0 passes.", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the candidate goes for --check, "
                    "and where the best candidate is written at the end.", show_default=False)] = None,
+    force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
-    max_iterations: Annotated[int, typer.Option(min=1, help="Attempts at most.")] = 3,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1, help="Attempts at most.")] = 3,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
     max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget.")] = None,
     max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds each check may run.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
     trace: TraceOpt = None,
 ) -> None:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     with clean_errors():
-        from ..evaluate import CommandCheck, LLMJudge, Limits, PytestCheck, Sandbox
         from ..loops.refine import refine as run_refine
-        from ..models.spec import resolve
         from ..types import Budget
-        from .render import LiveView
 
         if context not in ("latest", "full"):
             raise ConfigError(f"--context must be latest or full, not {context!r}")
-        if out is not None and out.suffix == "":
-            raise ConfigError(f"--out needs a file name with a suffix, got {out}")
         if out is not None and check is not None and (out.is_absolute() or ".." in out.parts):
-            raise ConfigError(f"--out must be a path inside this directory for --check, got {out}")
-        if out is not None and not out.parent.is_dir():
-            raise ConfigError(f"--out directory does not exist: {out.parent}")
+            raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
+        target = check_out(out, force=force_out) if out is not None else None
         text = read_task(task)
-        sandbox = Sandbox(Limits(timeout=timeout, cpu_seconds=max(1, int(timeout))))
-        checks: list = []
-        if tests is not None:
-            if not tests.is_file():
-                raise ConfigError(f"tests file not found: {tests}", hint="give a pytest file with --tests")
-            checks.append(PytestCheck(tests, module=out.stem if out else "solution", sandbox=sandbox))
-        if check is not None:
-            checks.append(CommandCheck(check, out=str(out or "solution.py"), workdir=Path.cwd(), sandbox=sandbox))
-        if judge:
-            checks.append(LLMJudge())
-        if not checks:
-            raise ConfigError("nothing to check the answer against", hint="give --tests FILE, --check CMD or --judge")
-        llm = resolve(model)
-        store = open_store(trace)
-        view = None if as_json else LiveView(console, verbose=verbose)
-        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
-                        max_iterations=max_iterations)
-        try:
-            result = run_refine(text, checks, model=llm, budget=budget, context=context,  # type: ignore[arg-type]
-                                explain=explain, store=store, observer=view)
-        finally:
-            if view:
-                view.stop_spinner()
-        if out is not None and result.best is not None:
-            out.write_text(result.best if result.best.endswith("\n") else result.best + "\n")
+        cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": str(out) if out else None,
+               "judge": judge, "timeout": timeout, "cwd": str(Path.cwd())}
+        checks = refine_checks(tests=tests, check=check, out=cli["out"], judge=judge, timeout=timeout)
+        session = session_for(model, trace, as_json=as_json, verbose=verbose)
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
+        result = run_cli(session, lambda: run_refine(text, checks, session=session, budget=budget,
+                                                     max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
+                                                     explain=explain, meta={"cli": cli}))
+        if target is not None and result.best is not None:
+            write_out(target, result.best)
             if not as_json:
                 console.print(f"best candidate written to {out}")
         _finish_cli(result, as_json=as_json)
@@ -136,61 +162,59 @@ def refine(
 
 def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imported lazily
     """Print a result and exit with the code that says how it ended."""
-    from ..types import StopReason
     from .render import print_summary
 
     if as_json:
         print(json.dumps(result.to_dict(), default=str, indent=2))
     else:
         print_summary(console, result)
-    if result.stop_reason is StopReason.ERROR:
-        if not as_json:
-            errors.print(f"[bold red]error:[/bold red] {result.error}", highlight=False)
-        raise typer.Exit(1)
-    if not result.passed:
-        raise typer.Exit(3)
+        if result.error:
+            errors.print(f"[bold red]error:[/bold red] {escape(result.error)}", highlight=False)
+    code = EXIT_CODES.get(str(result.stop_reason), 3)
+    if code:
+        raise typer.Exit(code)
 
 
-def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, trials_count: int,  # noqa: ANN001
-               experience: bool, as_json: bool, verbose: bool, trace: Path | None, resume: str | None = None):
+
+def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, max_steps: int,  # noqa: ANN001
+               trials_count: int, validate: str | None, experience: bool, as_json: bool, verbose: bool,
+               trace: Path | None, resume: str | None = None):
     from ..loops import react as run_react
     from ..loops import trials as run_trials
-    from ..models.spec import resolve
-    from ..reflect import ExperienceLibrary
-    from ..tools import sql_tools
-    from .render import LiveView
+    from ..tools import ToolRegistry, sql_tools
 
-    tools = sql_tools(db, write=write)
-    llm = resolve(model)
-    store = open_store(trace)
-    library = ExperienceLibrary(store) if experience else None
-    view = None if as_json else LiveView(console, verbose=verbose)
-    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write}
-    try:
-        if trials_count <= 1 or resume:
-            return run_react(goal, tools, model=llm, budget=budget, store=store, observer=view,
-                             experience=library, meta=meta, resume=resume)
-        return run_trials(goal, lambda lessons: run_react(goal, tools, model=llm, budget=budget, lessons=lessons,
-                                                         store=store, observer=view, experience=library, meta=meta),
-                          model=llm, max_trials=trials_count, store=store, observer=view, experience=library)
-    finally:
-        if view:
-            view.stop_spinner()
+    registry = ToolRegistry(sql_tools(db, write=write))
+    validator = sql_validator(db, validate) if validate is not None else None
+    session = session_for(model, trace, as_json=as_json, verbose=verbose, experience=experience)
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate}
+
+    def one(lessons=(), left=budget, resumed=None):  # noqa: ANN001, ANN202
+        return run_react(goal, registry, session=session, budget=left, max_steps=max_steps, validator=validator,
+                         lessons=lessons, meta=meta, resume=resumed)
+
+    if trials_count <= 1 or resume:
+        return run_cli(session, lambda: one(resumed=resume))
+    return run_cli(session, lambda: run_trials(goal, lambda lessons, left: one(lessons, left), session=session,
+                                               max_trials=trials_count, budget=budget))
 
 
 @app.command()
 def react(
     goal: Annotated[str, typer.Argument(help="The question or goal.")],
     db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    validate: Annotated[Optional[str], typer.Option("--validate", help="Check the final answer: an SQL query "
+                        "that must return a row (the answer is :answer), or a shell command that must exit 0 (the "
+                        "answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.",
+                        show_default=False)] = None,
     write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute tool).")] = False,
     model: ModelOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
-    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
-    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output), over all trials.")] = None,
+    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget, over all trials.")] = None,
     max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     max_reflections: Annotated[int, typer.Option(min=0, help="Reflector calls per run.")] = 2,
     trials_count: Annotated[int, typer.Option("--trials", min=1, help="Whole attempts, each learning from the "
-                            "last one's failure.")] = 1,
+                            "last one's failure; one budget covers them all.")] = 1,
     experience: Annotated[bool, typer.Option(help="Reuse and record repairs in the experience library.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
@@ -200,36 +224,89 @@ def react(
     with clean_errors():
         from ..types import Budget
 
+        check_database(db)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
-                        max_iterations=max_steps, max_reflections=max_reflections)
-        result = _react_run(goal, db=db, write=write, model=model, budget=budget, trials_count=trials_count,
-                            experience=experience, as_json=as_json, verbose=verbose, trace=trace)
+                        max_reflections=max_reflections)
+        result = _react_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
+                            trials_count=trials_count, validate=validate, experience=experience, as_json=as_json,
+                            verbose=verbose, trace=trace)
         _finish_cli(result, as_json=as_json)
+
 
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The killed react run: its id or a unique prefix.")],
+    run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
     model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
     trace: TraceOpt = None,
 ) -> None:
-    """Continue a killed react run from its last stored step, without repeating a side-effecting tool."""
+    """Continue a killed or interrupted run (refine, react or research) from its last stored step, without
+    repeating a side-effecting tool."""
     with clean_errors():
         from ..types import Budget
 
-        record = open_store(trace).get_run(run_id)
-        if record is None:
-            raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")
-        if record.loop != "react" or record.meta.get("toolset") != "sql":
-            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run; the CLI resumes react runs",
-                              hint="resume other loops from Python with resume=RUN_ID")
-        budget = Budget(**record.meta["budget"])
-        result = _react_run(record.task, db=Path(record.meta["db"]), write=record.meta["write"], model=model,
-                            budget=budget, trials_count=1, experience=True, as_json=as_json, verbose=verbose,
-                            trace=trace, resume=record.run_id)
+        record = find_run(open_store(trace), run_id)
+        if record.status == "finished":
+            raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
+        meta = record.meta
+        budget_data = {k: v for k, v in (meta.get("budget") or {}).items() if k in Budget.__dataclass_fields__}
+        budget = Budget(**budget_data)
+        if record.loop == "react" and meta.get("toolset") == "sql":
+            result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+                                budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
+                                validate=meta.get("validate"), experience=True, as_json=as_json, verbose=verbose,
+                                trace=trace, resume=record.run_id)
+        elif record.loop == "refine" and "cli" in meta:
+            result = _resume_refine(record, model, budget, as_json=as_json, verbose=verbose, trace=trace)
+        elif record.loop == "research" and "cli" in meta:
+            result = _resume_research(record, model, budget, as_json=as_json, verbose=verbose, trace=trace)
+        else:
+            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
+                              hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")
         _finish_cli(result, as_json=as_json)
+
+
+def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+    import os
+
+    from ..loops.refine import refine as run_refine
+
+    cli = record.meta["cli"]
+    os.chdir(cli["cwd"])  # --check and --tests were given relative to where the run started
+    checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
+                           judge=cli["judge"], timeout=cli["timeout"])
+    session = session_for(model or record.meta.get("model"), trace, as_json=as_json, verbose=verbose)
+    return run_cli(session, lambda: run_refine(record.task, checks, session=session, budget=budget,
+                                               max_attempts=record.meta.get("bound", 3),
+                                               context=record.meta.get("context", "latest"),
+                                               meta={"cli": cli}, resume=record.run_id))
+
+
+def _resume_research(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+    from ..loops.research import research as run_research
+    from ..search import SearchCache
+
+    cli = record.meta["cli"]
+    session = session_for(model or record.meta.get("model"), trace, as_json=as_json, verbose=verbose)
+    backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
+    result = run_cli(session, lambda: run_research(record.task, backend, session=session, budget=budget,
+                                                   max_rounds=record.meta.get("bound", 2),
+                                                   cache=SearchCache(session.store), meta={"cli": cli},
+                                                   resume=record.run_id))
+    _print_answer(result, as_json=as_json)
+    return result
+
+
+def find_run(store, run_id: str):  # noqa: ANN001, ANN201
+    """A run by id or unique prefix; distinct errors for an unknown id and an ambiguous prefix."""
+    matches = store.find_runs(run_id)
+    if not matches:
+        raise ConfigError(f"no run has an id starting with {run_id!r}", hint="list runs with `reflexa runs`")
+    if len(matches) > 1:
+        raise ConfigError(f"{run_id!r} matches more than one run", hint="give more characters of the id")
+    return matches[0]
 
 
 @app.command()
@@ -244,6 +321,28 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
                       + (f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""))
 
 
+def search_backend(search: str, corpus: Path | None):  # noqa: ANN201
+    from ..search import LocalCorpus
+
+    if search == "local":
+        if corpus is None:
+            raise ConfigError("--corpus is required for the local search backend", hint="give a folder of documents")
+        if not corpus.is_dir():
+            raise ConfigError(f"--corpus must be a folder of documents: {corpus}")
+        backend = LocalCorpus.for_folder(corpus)
+        backend.index(corpus)
+        return backend
+    from ..search.web import backend as web_backend
+
+    return web_backend(search)
+
+
+def _print_answer(result, *, as_json: bool) -> None:  # noqa: ANN001
+    if not as_json and result.output:
+        console.rule("answer")
+        console.print(result.output, highlight=False, markup=False)
+
+
 @app.command("research")
 def research_cmd(
     question: Annotated[str, typer.Argument(help="The question to answer from evidence.")],
@@ -251,41 +350,28 @@ def research_cmd(
     search: Annotated[str, typer.Option("--search", help="Search backend: local (default, needs --corpus), tavily, "
                       "ddgs or wikipedia.")] = "local",
     model: ModelOpt = None,
-    max_iterations: Annotated[int, typer.Option(min=1, help="Search-and-revise rounds at most.")] = 2,
+    max_rounds: Annotated[int, typer.Option("--max-rounds", "--max-iterations", min=1,
+                                            help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
     trace: TraceOpt = None,
 ) -> None:
-    """Answer a question from evidence: every claim cited [n] or marked [UNCERTAIN: ...]."""
+    """Answer a question from evidence: every claim cited \\[n] or marked \\[UNCERTAIN: ...]."""
     with clean_errors():
         from ..loops.research import research
-        from ..models.spec import resolve
-        from ..search import LocalCorpus, SearchCache
+        from ..search import SearchCache
         from ..types import Budget
-        from .render import LiveView
 
-        if search == "local":
-            if corpus is None:
-                raise ConfigError("--corpus is required for the local search backend", hint="give a folder of documents")
-            backend = LocalCorpus.for_folder(corpus)
-            backend.index(corpus)
-        else:
-            from ..search.web import backend as web_backend
-
-            backend = web_backend(search)
-        llm = resolve(model)
-        store = open_store(trace)
-        view = None if as_json else LiveView(console, verbose=verbose)
-        try:
-            result = research(question, backend, model=llm, budget=Budget(max_iterations=max_iterations,
-                              max_tokens=max_tokens), store=store, observer=view, cache=SearchCache(store))
-        finally:
-            if view:
-                view.stop_spinner()
-        if not as_json and result.output:
-            console.rule("answer")
-            console.print(result.output, highlight=False, markup=False)
+        if not question.strip():
+            raise ConfigError("the question is empty")
+        backend = search_backend(search, corpus)
+        session = session_for(model, trace, as_json=as_json, verbose=verbose)
+        cli = {"search": search, "corpus": str(corpus.resolve()) if corpus else None}
+        result = run_cli(session, lambda: research(question, backend, session=session, max_rounds=max_rounds,
+                                                   budget=Budget(max_tokens=max_tokens), cache=SearchCache(session.store),
+                                                   meta={"cli": cli}))
+        _print_answer(result, as_json=as_json)
         _finish_cli(result, as_json=as_json)
 
 
@@ -333,16 +419,15 @@ def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
 def show(
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Show whole candidates and observations.")] = False,
     trace: TraceOpt = None,
 ) -> None:
     """Print one run step by step."""
     with clean_errors():
-        from .render import counters_line, print_step, usage_table
+        from .render import View, counters_line, usage_table
 
         store = open_store(trace)
-        record = store.get_run(run_id)
-        if record is None:
-            raise ConfigError(f"no single run matches {run_id!r}", hint="list runs with `reflexa runs`")
+        record = find_run(store, run_id)
         steps = store.steps(record.run_id)
         if as_json:
             print(json.dumps({"run": dataclasses.asdict(record), "steps": [s.to_dict() for s in steps]},
@@ -350,16 +435,18 @@ def show(
             return
         console.print(f"[bold]run {record.run_id}[/bold] ({record.loop}, model {record.meta.get('model')})")
         console.print(f"task: {record.task.strip()[:500]}")
+        view = View(console, verbose=True, full=full, timestamps=True)
         for step in steps:
-            print_step(console, step, verbose=True)
+            view.step(step)
         if record.result:
             console.print(usage_table(record.result["usage"]))
             for note in record.result.get("notes", []):
                 console.print(f"[yellow]{note}[/yellow]")
             if line := counters_line(record.result.get("counters", {})):
                 console.print(line)
-        else:
-            console.print("[yellow]this run did not finish[/yellow]")
+        if record.status != "finished":
+            console.print(f"[yellow]this run is {record.status}[/yellow]; continue it with: "
+                          f"reflexa resume {record.run_id[:12]}", highlight=False)
 
 
 @app.command()
@@ -381,3 +468,6 @@ def main() -> None:
     except KeyboardInterrupt:
         errors.print("interrupted; the steps so far are in the trace store")
         sys.exit(130)
+    except Exception as exc:  # a bug in reflexa: one line, not a traceback; the run is stored as ERROR
+        errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}")
+        sys.exit(1)

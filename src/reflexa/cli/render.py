@@ -1,7 +1,10 @@
-"""How runs look in a terminal: one panel per attempt, verdicts with their signals, usage per role."""
+"""How runs look in a terminal: one renderer per step kind, verdicts with their signals, usage per role."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -9,16 +12,26 @@ from rich.markup import escape
 from rich.status import Status as Spinner
 from rich.table import Table
 
-from ..types import Result, Step, Usage
+from ..loops.react import Acted
+from ..loops.refine import Attempt, Checked, Flag, NoProgress
+from ..loops.research import Audited, Queries, Searched
+from ..loops.trials import Trial
+from ..reflect.engine import Decided
+from ..runtime import Checkpoint, ModelCall, Stop
+from ..types import Payload, Result, Signal, Step, StopReason, Usage
 
 STATUS_STYLE = {"PASS": "bold green", "NEEDS_IMPROVEMENT": "bold yellow", "FAIL": "bold red"}
+STOP_STYLE = {StopReason.PASSED: "bold green", StopReason.ANSWERED_UNVERIFIED: "bold yellow",
+              StopReason.INTERRUPTED: "bold yellow"}
 SNIPPET_LINES = 25
-"""Lines of a candidate shown live; the full text is in the trace (`reflexa show`)."""
+"""Lines of a candidate shown live; `reflexa show --full` shows all of it."""
 
 
-def _snippet(text: str, lines: int = SNIPPET_LINES) -> str:
+def _snippet(text: str, lines: int | None = SNIPPET_LINES) -> str:
     rows = text.splitlines()
-    return "\n".join(rows[:lines]) + (f"\n… ({len(rows) - lines} more lines)" if len(rows) > lines else "")
+    if lines is None or len(rows) <= lines:
+        return text
+    return "\n".join(rows[:lines]) + f"\n… ({len(rows) - lines} more lines; reflexa show --full)"
 
 
 def usage_table(usage: dict[str, Any]) -> Table:
@@ -32,83 +45,127 @@ def usage_table(usage: dict[str, Any]) -> Table:
     return table
 
 
-def print_step(console: Console, step: Step | dict[str, Any], *, verbose: bool = False) -> None:
-    """One stored step, as it happens (live) or from the store (`show`)."""
-    s = step if isinstance(step, dict) else step.to_dict()
-    kind, out = s["kind"], s["output"] or {}
-    if kind == "model_call":
-        if verbose:
-            u = s["usage"]
-            console.print(f"[dim]#{s['step_id']} {s['role']} call: {u['input_tokens']} in, "
-                          f"{u['output_tokens']} out, finish={out.get('finish_reason')}"
-                          + (f", invalid reply: {escape(out['error'])}" if out.get("error") else "") + "[/dim]")
-    elif kind == "attempt":
-        console.rule(f"attempt {s['input']['iteration']}" + (" (revision)" if s["input"]["revising"] else ""))
-        if out.get("plan"):
-            console.print(f"[dim]{escape(_snippet(out['plan'], 4))}[/dim]")
-        console.print(escape(_snippet(out.get("candidate") or "(empty)")))
-    elif kind == "verdict":
-        status = out["status"]
-        console.print(f"verdict: [{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
-                      + (" [dim](subjective)[/dim]" if out.get("subjective") else ""))
-        for signal in out["signals"]:
-            mark = "[green]✓[/green]" if signal["ok"] else "[red]✗[/red]"
-            code = f" {signal['code']}" if signal.get("code") else ""
-            console.print(f"  {mark} {escape(signal['source'])}{code}: {escape(signal['message'])}")
-    elif kind == "engine":
-        lesson = out.get("lesson")
-        label = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}[out["decision"]]
-        console.print(f"[cyan]{label}[/cyan] ({escape(out['reason'])})")
-        if lesson:
-            console.print(f"  [cyan]mismatch[/cyan]: {escape(lesson['observed_mismatch'])}\n"
-                          f"  [cyan]cause[/cyan]: {escape(lesson['root_cause'])}\n"
-                          f"  [cyan]correction[/cyan]: {escape(lesson['correction'])}")
-        if out.get("repair"):
-            console.print(f"  [cyan]repair[/cyan]: {escape(str(out['repair']))}")
-    elif kind == "react":
-        mark = "[green]✓[/green]" if out["ok"] else f"[red]✗ {out.get('code')}[/red]"
-        replay = " [dim](replayed, not run again)[/dim]" if out.get("replayed") else ""
-        console.print(f"[bold]step {s['input']['step']}[/bold] {escape(s['input']['thought'])}\n"
-                      f"  {escape(s['input']['action'])} {mark}{replay}\n"
-                      f"  [dim]{escape(_snippet(out['observation'], 6))}[/dim]")
-    elif kind == "queries":
-        for query in out["run"]:
-            console.print(f"[cyan]search[/cyan] {escape(query)}")
-        for rejection in out["rejected"]:
-            console.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
-    elif kind == "search":
-        status = "[green]ok[/green]" if out["status"] == "ok" else f"[red]failed: {escape(out.get('error', ''))}[/red]"
-        cached = " [dim](cached)[/dim]" if out.get("cached") else ""
-        console.print(f"  {escape(s['input']['query'])}: {status}{cached} {len(out.get('evidence', []))} passage(s)")
-    elif kind == "audit":
-        mark = "[green]✓[/green]" if out["ok"] else "[red]✗[/red]"
-        console.print(f"citation audit {mark} {escape(out['message'])}")
-    elif kind == "trial":
-        console.rule(f"trial {s['input']['trial']}: {out['stop_reason']}")
-    elif kind in ("no_progress", "flag"):
-        console.print(f"[magenta]{kind}[/magenta]: {escape(out.get('why', ''))}")
-    elif kind == "stop":
-        reason = out.get("stop_reason")
-        style = "bold green" if reason == "PASSED" else "bold red"
-        console.print(f"stop: [{style}]{reason}[/]" + (f" — {escape(out['error'])}" if out.get("error") else ""))
+def _signal_line(signal: Signal) -> str:
+    mark = "[green]✓[/green]" if signal.ok else "[red]✗[/red]"
+    code = f" {signal.code}" if signal.code else ""
+    return f"  {mark} {escape(signal.source)}{code}: {escape(signal.message)}"
 
 
-class LiveView:
-    """An observer for a running loop: a spinner while the model works, then each step as it lands."""
+class View:
+    """Renders steps to a console; `full` shows whole candidates, `verbose` every model call."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+    def __init__(self, console: Console, *, verbose: bool = False, full: bool = False,
+                 timestamps: bool = False) -> None:
         self.console = console
         self.verbose = verbose
+        self.lines: int | None = None if full else SNIPPET_LINES
+        self.timestamps = timestamps
+
+    def step(self, step: Step) -> None:
+        """One stored step, as it happens (live) or from the store (`show`)."""
+        data = step.payload()
+        if self.timestamps and not isinstance(data, ModelCall | Checkpoint):
+            self.console.print(f"[dim]{datetime.fromtimestamp(step.ended_at):%H:%M:%S}[/dim] ", end="")
+        if data is None:  # a step kind this version does not know, or an older shape of a known one
+            self.console.print(f"[dim]{escape(step.kind)}: {escape(json.dumps(step.output, default=str)[:300])}[/dim]")
+            return
+        RENDERERS[type(data)](self, step, data)
+
+    def model_call(self, step: Step, c: ModelCall) -> None:
+        if self.verbose:
+            u = step.usage
+            self.console.print(f"[dim]#{step.step_id} {step.role} call: {u.input_tokens} in, {u.output_tokens} out, "
+                               f"finish={c.finish_reason}" + (f", invalid reply: {escape(c.error)}" if c.error else "")
+                               + "[/dim]")
+
+    def attempt(self, step: Step, a: Attempt) -> None:
+        self.console.rule(f"attempt {a.iteration}" + (" (revision)" if a.revising else ""))
+        if a.plan:
+            self.console.print(f"[dim]{escape(_snippet(a.plan, 4))}[/dim]")
+        self.console.print(escape(_snippet(a.candidate or "(empty)", self.lines)))
+
+    def checked(self, step: Step, c: Checked) -> None:
+        status = c.verdict.status
+        self.console.print(f"verdict: [{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
+                           + (" [dim](subjective)[/dim]" if c.verdict.subjective else ""))
+        for signal in c.verdict.signals:
+            self.console.print(_signal_line(signal))
+
+    def decided(self, step: Step, d: Decided) -> None:
+        label = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}.get(d.decision, d.decision)
+        self.console.print(f"[cyan]{label}[/cyan] ({escape(d.reason)})")
+        if d.lesson:
+            self.console.print(f"  [cyan]mismatch[/cyan]: {escape(d.lesson.observed_mismatch)}\n"
+                               f"  [cyan]cause[/cyan]: {escape(d.lesson.root_cause)}\n"
+                               f"  [cyan]correction[/cyan]: {escape(d.lesson.correction)}")
+        if d.repair:
+            self.console.print(f"  [cyan]repair[/cyan]: {escape(d.repair.kind)} {escape(json.dumps(d.repair.args))}")
+
+    def acted(self, step: Step, a: Acted) -> None:
+        mark = "[green]✓[/green]" if a.ok else f"[red]✗ {a.code}[/red]"
+        replay = " [dim](replayed, not run again)[/dim]" if a.replayed else ""
+        self.console.print(f"[bold]step {a.step}[/bold] {escape(a.thought)}\n  {escape(a.action)} {mark}{replay}\n"
+                           f"  [dim]{escape(_snippet(a.observation, 6 if self.lines else None))}[/dim]")
+
+    def queries(self, step: Step, q: Queries) -> None:
+        for query in q.run:
+            self.console.print(f"[cyan]search[/cyan] {escape(query)}")
+        for rejection in q.rejected:
+            self.console.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
+
+    def searched(self, step: Step, s: Searched) -> None:
+        status = "[green]ok[/green]" if s.status == "ok" else f"[red]failed: {escape(s.error or '')}[/red]"
+        cached = " [dim](cached)[/dim]" if s.cached else ""
+        self.console.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
+
+    def audited(self, step: Step, a: Audited) -> None:
+        checked = a.signal.ok and a.signal.score == 1.0  # ✓ only when something was cited and checked
+        mark = "[green]✓[/green]" if checked else ("[yellow]–[/yellow]" if a.signal.ok else "[red]✗[/red]")
+        self.console.print(f"citation audit {mark} {escape(a.signal.message)}")
+
+    def trial(self, step: Step, t: Trial) -> None:
+        self.console.rule(f"trial {t.trial}: {t.stop_reason}")
+
+    def note(self, step: Step, n: Flag | NoProgress) -> None:
+        self.console.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
+
+    def checkpoint(self, step: Step, c: Checkpoint) -> None:
+        pass  # state for a resume, not for reading
+
+    def stop(self, step: Step, s: Stop) -> None:
+        style = STOP_STYLE.get(s.stop_reason, "bold red")
+        self.console.print(f"stop: [{style}]{s.stop_reason}[/]" + (f" — {escape(s.error)}" if s.error else ""))
+
+
+RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
+    ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
+    Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
+    Flag: View.note, NoProgress: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
+}
+"""One renderer per step kind; a test checks every registered kind has one."""
+
+
+class LiveView(View):
+    """An observer for a running loop: a status line while the model, a check or a tool works, then each
+    step as it lands."""
+
+    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+        super().__init__(console, verbose=verbose)
         self.spinner: Spinner | None = None
 
     def __call__(self, event: str, data: Any) -> None:
         if event == "call":
-            self.stop_spinner()
-            self.spinner = self.console.status(f"{data} is working…")
-            self.spinner.start()
+            self._status(f"{data} is working…")
+        elif event == "status":
+            self._status(str(data))
         elif event == "step":
             self.stop_spinner()
-            print_step(self.console, data, verbose=self.verbose)
+            self.step(data)
+
+    def _status(self, text: str) -> None:
+        self.stop_spinner()
+        self.spinner = self.console.status(escape(text))
+        self.spinner.start()
 
     def stop_spinner(self) -> None:
         if self.spinner is not None:
@@ -127,5 +184,7 @@ def print_summary(console: Console, result: Result) -> None:
         console.print(f"[yellow]{escape(note)}[/yellow]")
     if line := counters_line(result.counters):
         console.print(escape(line))
+    if result.stop_reason is StopReason.ANSWERED_UNVERIFIED:
+        console.print("[bold yellow]answered, unverified:[/bold yellow] nothing checked this answer")
     console.print(f"run {result.run_id[:12]}: {result.iterations} iteration(s), {result.steps} steps stored. "
                   f"Details: reflexa show {result.run_id[:12]}")

@@ -1,44 +1,89 @@
-"""The citation audit: every [n] in an answer must name evidence retrieved in this run."""
+"""The citation audit: every citation in an answer must be `[n]` naming evidence retrieved in this run.
+
+Only the syntax the prompt asks for counts: `[n]`, one number in plain brackets. Any other bracketed
+number form (`[1, 99]`, `[ 99 ]`, `[^2]`, `[1-3]`) is not a citation and fails the audit, and `clean`
+removes it. URLs and markdown links are kept only when they are the source of evidence the answer cites.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from ..types import ErrorCode, Signal
 
 _CITE = re.compile(r"\[(\d+)\]")
-_REFERENCES = re.compile(r"\n+\s*(#+\s*)?references?:?\s*\n.*\Z", re.IGNORECASE | re.DOTALL)
+_ANY_REF = re.compile(r"\[\s*\^?\s*\d[\d\s,;.\-–]*\]")
+"""Anything that looks like a bracketed reference, valid or not."""
+_REFERENCES = re.compile(r"\n+\s*(#+\s*)?(references?|sources?|bibliography)\s*:?.*\Z", re.IGNORECASE | re.DOTALL)
+_MD_LINK = re.compile(r"\[([^\]\n]*)\]\((\S+?)\)")
+_URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]]+|www\.[^\s<>()\[\]]+", re.IGNORECASE)
 
 
 def strip_references(answer: str) -> str:
-    """Drop a references section the model wrote itself: references are built from retrieved evidence only."""
+    """Drop a references or sources section the model wrote itself: references are built from evidence."""
     return _REFERENCES.sub("", answer).rstrip()
 
 
 def cited(answer: str) -> list[int]:
+    """The evidence numbers an answer cites in the accepted `[n]` form."""
     return sorted({int(n) for n in _CITE.findall(answer)})
 
 
+def malformed(answer: str) -> list[str]:
+    """Bracketed reference forms other than `[n]`."""
+    return [m.group(0) for m in _ANY_REF.finditer(answer) if not _CITE.fullmatch(m.group(0))]
+
+
 def audit(answer: str, retrieved: Collection[int]) -> Signal:
-    """UNCITED when the answer cites a number that is not retrieved evidence."""
+    """UNCITED when the answer cites a number that is no retrieved evidence, or uses another citation form.
+    An answer that cites nothing passes the audit (there is nothing wrong to fix), but is not verified:
+    `verified` says whether anything was cited and checked."""
     unknown = [n for n in cited(answer) if n not in retrieved]
-    if unknown:
-        return Signal("citation-audit", False, ErrorCode.UNCITED,
-                      f"cites {', '.join(f'[{n}]' for n in unknown)}, which no retrieved evidence has; "
-                      f"valid numbers: {', '.join(f'[{n}]' for n in sorted(retrieved)) or 'none'}", score=0.0)
+    bad_forms = malformed(answer)
+    if unknown or bad_forms:
+        problems = []
+        if unknown:
+            problems.append(f"cites {', '.join(f'[{n}]' for n in unknown)}, which no retrieved evidence has")
+        if bad_forms:
+            problems.append(f"uses {', '.join(sorted(set(bad_forms)))}: cite one source per bracket, as [n]")
+        valid = ", ".join(f"[{n}]" for n in sorted(retrieved)) or "none"
+        return Signal("citation-audit", False, ErrorCode.UNCITED, f"{'; '.join(problems)}; valid numbers: {valid}",
+                      score=0.0)
+    if not cited(answer):
+        return Signal("citation-audit", True, message="cites nothing", score=None)
     return Signal("citation-audit", True, message="every citation names retrieved evidence", score=1.0)
 
 
-def remove_unknown(answer: str, retrieved: Collection[int]) -> str:
-    """Cut citations of unknown evidence and mark each claim that carried one as uncertain."""
-    sentences = re.split(r"(?<=[.!?])\s+", answer)
+def verified(answer: str, retrieved: Collection[int]) -> bool:
+    """The audit passes over a non-empty set of citations."""
+    return bool(cited(answer)) and audit(answer, retrieved).ok
+
+
+def clean(answer: str, sources: Mapping[int, str]) -> str:
+    """The answer with every unknown or malformed citation removed (its claim marked uncertain), and every
+    URL or markdown link that is not the source of cited evidence removed. `sources` maps each retrieved
+    evidence number to its source."""
+    answer = _remove_unknown(answer, sources.keys())
+    allowed = {sources[n] for n in cited(answer) if n in sources}
+    answer = _MD_LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else m.group(1), answer)
+    return _URL.sub(lambda m: m.group(0) if m.group(0) in allowed else "", answer).strip()
+
+
+def _remove_unknown(answer: str, retrieved: Collection[int]) -> str:
+    """Cut citations of unknown evidence and malformed ones, and mark each claim that carried one uncertain."""
     out = []
-    for sentence in sentences:
-        bad = [n for n in cited(sentence) if n not in retrieved]
+    for sentence in re.split(r"(?<=[.!?])\s+", answer):
+        bad = [m for m in _ANY_REF.finditer(sentence)
+               if not _CITE.fullmatch(m.group(0)) or int(m.group(0)[1:-1]) not in retrieved]
         if not bad:
             out.append(sentence)
             continue
-        clean = re.sub(r"\s*\[(\d+)\]", lambda m: "" if int(m.group(1)) in bad else m.group(0), sentence).strip()
-        out.append(f"[UNCERTAIN: {clean}]")
+        clean_text = _ANY_REF.sub(lambda m: m.group(0) if m.group(0) in _valid(retrieved) else "", sentence)
+        clean_text = re.sub(r"\s+([.!?,;])", r"\1", clean_text).strip()
+        out.append(f"[UNCERTAIN: {clean_text}]")
     return " ".join(out)
+
+
+def _valid(retrieved: Collection[int]) -> set[str]:
+    return {f"[{n}]" for n in retrieved}

@@ -1,7 +1,10 @@
-"""The loops. Each is one screen of control flow over the engine and the parts."""
+"""The loops. Each is one screen of control flow over the engine and the parts; `session` holds what
+they share."""
 
 from .react import react
 from .refine import refine
+from .research import research
+from .session import Session
 from .trials import trials
 
-__all__ = ["react", "refine", "trials"]
+__all__ = ["Session", "react", "refine", "research", "trials"]

@@ -2,233 +2,256 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ..errors import ModelError
-from ..models.base import Model
-from ..reflect import Engine, ExperienceLibrary, Facts, Governor, Outcome, Workspace
-from ..reflect.governor import Plan
-from ..reflect import embeddings
+from ..reflect import Facts, Outcome, Workspace
 from ..reflect.gate import Similarity, step_signals
-from ..runtime import Observer, Run
-from ..tools.registry import Observation, Tool, ToolRegistry, effect_key, interrupted_effects
-from ..trace.store import Store
-from ..types import Budget, ErrorCode, Lesson, Result, Role, StopReason, Usage
+from ..runtime import Checkpoint, Stop
+from ..tools.registry import Observation, Tool, ToolRegistry, ToolSession, interrupted_effects, effect_tool
+from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, StopReason, Usage, payload
+from ..tools.registry import Blocks
 from . import react_prompts as prompts
+from .session import Episode, Outcome as RunOutcome, Session, run_loop
 
 MAX_STEPS = 8
-"""Steps a react run may take unless its budget says otherwise (Budget.max_iterations)."""
+"""Steps a react run takes at most by default."""
 
 Validator = Callable[[str], str | None]
 """Checks a final answer against the world: None when it holds, else what is wrong."""
 
 
-def react(
-    goal: str,
-    tools: ToolRegistry | Sequence[Tool],
-    *,
-    model: Model | None = None,
-    budget: Budget = Budget(),
-    validator: Validator | None = None,
-    lessons: Sequence[Lesson] = (),
-    store: Store | None = None,
-    observer: Observer | None = None,
-    experience: ExperienceLibrary | None = None,
-    governor: Governor | None = None,
-    family: str = "react",
-    similarity: Similarity | None = None,
-    meta: dict[str, Any] | None = None,
-    resume: str | None = None,
-) -> Result:
-    """Pursue `goal` with `tools` for at most budget.max_iterations steps (default 8).
+@dataclass(slots=True)
+class ToolCall(Serial):
+    """Call a tool with arguments."""
+
+    tool: str
+    args: dict[str, Any]
+    kind: Literal["call"] = "call"
+
+
+@dataclass(slots=True)
+class PageAction(Serial):
+    """Show the next page of a tool's last truncated output, without running the tool again."""
+
+    tool: str
+    page: int
+    kind: Literal["page"] = "page"
+
+
+@dataclass(slots=True)
+class Invalid(Serial):
+    """A reply that named no usable action, even after the re-ask."""
+
+    error: str
+    kind: Literal["invalid"] = "invalid"
+
+
+@dataclass(slots=True)
+class FinalAnswer(Serial):
+    """The answer; checked by the validator when there is one."""
+
+    answer: str
+    kind: Literal["final"] = "final"
+
+
+Action = ToolCall | PageAction | Invalid | FinalAnswer
+
+
+@dataclass(slots=True)
+class Chosen(Serial):
+    """The next action, who chose it, and the model's own words about it."""
+
+    action: Action
+    thought: str = ""
+    confidence: float | None = None
+
+
+@payload("react")
+@dataclass(slots=True)
+class Acted(Payload):
+    """One react step: the thought, the action in its text form, and what came back."""
+
+    step: int
+    thought: str
+    action: str
+    observation: str
+    ok: bool
+    code: ErrorCode | None = None
+    is_final: bool = False
+    replayed: bool = False
+    checkpoint: Checkpoint | None = None
+    """The state after this step, in the same committed row: a kill right after it loses nothing."""
+
+
+@dataclass(slots=True)
+class ReactState(Serial):
+    """The whole state of a react run, owned here alone; a checkpoint after each step stores it."""
+
+    workspace: Workspace
+    step: int = 0
+    actions: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)
+    timeouts: dict[str, int] = field(default_factory=dict)
+    blocks: Blocks = field(default_factory=Blocks)
+    queued: Chosen | None = None
+    """A rule repair or a forced action, taken next instead of asking the model."""
+    answer: str | None = None
+    validated: bool = False
+
+    def outcome(self, episode: Episode) -> RunOutcome:
+        counters = episode.engine.counters
+        notes = [] if self.validated or self.answer is None else ["the final answer was not validated: no validator was given"]
+        return RunOutcome(self.answer, self.answer if self.validated else None, iterations=self.step, notes=notes,
+                          retried=counters.reflector_calls + counters.experience_hits > 0,
+                          retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
+
+
+def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
+          budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
+          lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
+          meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+    """Pursue `goal` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
-    answer is the `final_answer` action, never a phrase in text. `similarity` judges repeated thoughts
-    (default: all-MiniLM-L6-v2 when installed, else normalised text). A step's failure signals go through
-    the reflection engine: a rule repair, a stop, a reused or new lesson, or nothing. Every step is
-    stored with a snapshot of the loop's state, so `resume=RUN_ID` continues a killed run from its last
-    step without repeating a side-effecting tool.
+    answer is the `final_answer` action. It ends PASSED only when `validator` accepts it, and
+    ANSWERED_UNVERIFIED when there is no validator. `similarity` judges repeated thoughts (default:
+    normalised text; pass `reflexa.reflect.embeddings.similarity()` for an embedding model). A step's
+    failure signals go through the reflection engine. Every step is stored with a checkpoint of the
+    state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call.
     """
-    if model is None:
-        from ..models.spec import resolve
-
-        model = resolve()
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    budget = budget.with_default_iterations(MAX_STEPS)
-    plan = governor.plan(model.name, family, goal, budget, cut="reflections") if governor else Plan(budget)
-    budget = plan.budget
-    run = Run("react", goal, model, budget=budget, store=store, observer=observer, meta=meta, resume=resume)
-    engine = Engine(run, experience=experience, quota=budget.max_reflections)
-    similarity = similarity or embeddings.similarity()  # embedding-based repeat detection when installed
-    state = _restore(run, goal, lessons, registry, engine)
-    ws: Workspace = state["workspace"]
-    schema = prompts.action_schema(registry)
-    answer: str | None = None
+    workspace = Workspace(goal)
+    for lesson in lessons:
+        workspace.apply(lesson)
 
-    def finish(reason: StopReason, error: str | None = None) -> Result:
-        notes = [plan.note] if plan.note else []
-        if reason is StopReason.PASSED and validator is None:
-            notes.append("the final answer was not validated: no validator was given")
-        result = run.finish(reason, output=answer, best=answer if reason is StopReason.PASSED else None,
-                            verdict=None, iterations=state["step"], error=error,
-                            counters=engine.finish(reason is StopReason.PASSED), notes=notes)
-        if governor:
-            lessons = result.counters["reflector_calls"] + result.counters["experience_hits"]
-            governor.record(model.name, family, goal, retried=lessons > 0, converted=result.passed,
-                            retry_tokens=result.usage.get("reflector", Usage()).total_tokens)
-        return result
+    def body(ep: Episode, s: ReactState) -> Stop:
+        return _steps(ep, s, ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks), validator, similarity)
 
-    if resume and (unknown := interrupted_effects(run.store, run.run_id)):
+    return run_loop(session or Session(), "react", goal, ReactState(workspace), body, budget=budget,
+                    bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
+
+
+def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator | None,
+           similarity: Similarity | None) -> Stop:
+    """The loop itself: choose, act, gate, and let the engine repair, reflect or stop."""
+    run, engine, ws = ep.run, ep.engine, s.workspace
+    if unknown := interrupted_effects(run.store, run.run_id):
         # Whatever the model would choose next, an effect of unknown outcome needs a human first.
-        return finish(StopReason.UNRECOVERABLE, f"side-effecting call {unknown[0].split(':', 1)[1]} was interrupted "
-                      "midway; not repeated, check its effect by hand")
-    try:
-        while state["step"] < budget.max_iterations:
-            state["step"] += 1
-            step = state["step"]
-            tool, args, thought, confidence = _next_action(run, registry, ws, state, schema)
-            if tool is None:
-                return finish(run.budget_stop or StopReason.ERROR)
-            action, observation = _observe(run, registry, step, tool, args, validator)
-            if tool == prompts.FINAL:
-                answer = observation.output
-            signals = [] if tool == "(page)" else step_signals(
-                source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
-                message=observation.message, truncated=observation.truncated, action=action, thought=thought,
-                earlier_actions=state["actions"], earlier_thoughts=state["thoughts"], confidence=confidence,
-                evidence=observation.shown()[:300], similarity=similarity)
-            if observation.ok:
-                # Only successful actions count as repeats: a failed one that recurs is the engine's to judge.
-                state["actions"].append(action)
-            state["thoughts"].append(thought)
-            ws.add_step({"step": step, "action": action, "observation": observation.shown()})
-            if tool == prompts.FINAL and observation.ok:
-                # An answer the validator accepts (or that has no validator) ends the run, repeated or not.
-                engine.gate(step, [])
-                _record(run, state, step, thought, action, observation, True, engine)
-                return finish(StopReason.PASSED)
-            bad = engine.gate(step, signals)
-            if observation.ok and not bad:
-                ws.add_fact(f"{action} -> {observation.output}")
-            _record(run, state, step, thought, action, observation, tool == prompts.FINAL, engine)
-            if not bad:
-                continue
-            if step >= budget.max_iterations:
-                break  # no step left to use a repair or a lesson
-            outcome = engine.handle(bad[0], goal=goal, facts=ws.facts, action=action, snippet=observation.shown(),
-                                    rule_facts=_facts(observation, state, action, registry))
+        return Stop(StopReason.UNRECOVERABLE, f"side-effecting call {effect_tool(unknown[0])} was interrupted "
+                    "midway; not repeated, check its effect by hand")
+    schema = prompts.action_schema(tools.registry)
+    while s.step < ep.bound:
+        s.step += 1
+        chosen = _next_action(ep, s, tools, schema)
+        if chosen is None:
+            return Stop(run.budget_stop or StopReason.ERROR)
+        action, observation = _carry_out(chosen.action, tools, s.step, validator)
+        signals = [] if isinstance(chosen.action, PageAction) else step_signals(
+            source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
+            message=observation.message, truncated=observation.truncated, action=action, thought=chosen.thought,
+            earlier_actions=s.actions, earlier_thoughts=s.thoughts, confidence=chosen.confidence,
+            evidence=observation.shown()[:300], similarity=similarity)
+        if observation.ok:
+            s.actions.append(action)  # only successful actions count as repeats; failures are the engine's
+        s.thoughts.append(chosen.thought)
+        ws.add_step({"step": s.step, "action": action, "observation": observation.shown()})
+        final = isinstance(chosen.action, FinalAnswer)
+        if final and observation.ok:
+            s.answer, s.validated = observation.output, validator is not None
+            engine.gate(s.step, [])
+            _record(ep, s, chosen, action, observation)
+            return Stop(StopReason.PASSED if s.validated else StopReason.ANSWERED_UNVERIFIED)
+        bad = engine.gate(s.step, signals)
+        if observation.ok and not bad:
+            ws.add_fact(f"{action} -> {observation.output}")
+        _record(ep, s, chosen, action, observation)
+        if bad and s.step < ep.bound:  # with no step left, a repair or a lesson would go unused
+            outcome = engine.handle(bad[0], goal=ws.goal, facts=ws.facts, action=action,
+                                    snippet=observation.shown(), rule_facts=_facts(observation, s, action, tools))
             if outcome.stop is not None:
-                return finish(outcome.stop, outcome.reason)
-            _apply(outcome, registry, ws, state, tool, args, observation)
-            # The engine changed the state after the step was stored: checkpoint it for a resume.
-            run.record("checkpoint", None, None, {"state": _snapshot(state, engine)})
-        return finish(StopReason.MAX_ITERATIONS)
-    except ModelError as exc:
-        return finish(StopReason.ERROR, exc.explained())
+                return Stop(outcome.stop, outcome.reason)
+            _apply(outcome, s, chosen.action, tools)
+            ep.checkpoint(s)
+    return Stop(StopReason.MAX_ITERATIONS)
 
 
-def _observe(run: Run, registry: ToolRegistry, step: int, tool: str, args: dict[str, Any],
-             validator: Validator | None) -> tuple[str, Observation]:
-    """Carry out one action: (its text form, what came back)."""
-    if tool == "(page)":
-        return f"page {args['page']} of {args['observation'].tool}", args["observation"]
-    action = prompts.describe_action(tool, args)
-    if tool == prompts.FINAL:
-        answer = str(args.get("answer", ""))
-        problem = validator(answer) if validator else None
-        return action, Observation(tool, args, problem is None, answer,
-                                   ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
-    if tool == "(invalid)":
-        return action, Observation("model", args, False, code=ErrorCode.SCHEMA,
-                                   message=f"invalid action: {args.get('error')}")
-    return action, registry.call(tool, args, effect_key=effect_key(run.run_id, step, tool), effects=run.store)
+def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation: Observation) -> None:
+    ep.run.record(Acted(s.step, chosen.thought, action, observation.shown(), observation.ok, observation.code,
+                        isinstance(chosen.action, FinalAnswer), observation.replayed, ep.snapshot(s)), Role.GENERATOR)
 
 
-def _next_action(run: Run, registry: ToolRegistry, ws: Workspace, state: dict[str, Any],
-                 schema: dict[str, Any]) -> tuple[str | None, dict[str, Any], str, float | None]:
-    """The step's action: a queued rule repair, an action a lesson forced, else the model's choice."""
-    if (queued := state.pop("queued", None)) is not None:
-        return queued["tool"], queued["args"], queued["why"], None
-    if ws.forced is not None:
-        forced, ws.forced = ws.forced, None
-        return forced["tool"], forced["args"], "(forced by a lesson)", None
-    reply = run.call(Role.GENERATOR, prompts.messages(registry, ws), schema=schema, max_tokens=256)
+def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:
+    """The step's action: a queued rule repair or forced action, else the model's choice."""
+    if s.queued is not None:
+        queued, s.queued = s.queued, None
+        return queued
+    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace), schema=schema, max_tokens=256)
     if reply is None:
-        return None, {}, "", None
+        return None
     if reply.value is not None:
         value = reply.value["action"]
-        return value["tool"], value["args"], value.get("thought", ""), value.get("confidence")
+        return Chosen(_action(value["tool"], value["args"]), value.get("thought", ""), value.get("confidence"))
     # Still invalid after the re-ask: let the registry name the argument problem, if there is a call at all.
     if (loose := prompts.loose_action(reply.text)) is not None:
-        return loose[0], loose[1], "(invalid action)", None
-    return "(invalid)", {"reply": reply.text[:200], "error": reply.error}, "(invalid action)", None
+        return Chosen(_action(*loose), "(invalid action)")
+    return Chosen(Invalid(f"{reply.error}; reply: {reply.text[:200]}"), "(invalid action)")
 
 
-def _facts(observation: Observation, state: dict[str, Any], action: str, registry: ToolRegistry) -> Facts:
+def _action(tool: str, args: dict[str, Any]) -> Action:
+    if tool == prompts.FINAL:
+        answer = args.get("answer")
+        return FinalAnswer(answer if isinstance(answer, str) else "" if answer is None else str(answer))
+    return ToolCall(tool, args)
+
+
+def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validator | None) -> tuple[str, Observation]:
+    """Carry out one action: (its text form, what came back)."""
+    if isinstance(action, PageAction):
+        page = tools.page(action.tool, action.page)
+        observation = page or Observation(action.tool, {}, False, code=ErrorCode.EMPTY, message="no such page")
+        return f"page {action.page} of {action.tool}", observation
+    if isinstance(action, Invalid):
+        return "(invalid action)", Observation("model", {}, False, code=ErrorCode.SCHEMA,
+                                               message=f"invalid action: {action.error}")
+    if isinstance(action, FinalAnswer):
+        text = prompts.describe_action(prompts.FINAL, {"answer": action.answer})
+        if not action.answer.strip():
+            return text, Observation(prompts.FINAL, {}, False, code=ErrorCode.EMPTY, message="the final answer is empty")
+        problem = validator(action.answer) if validator else None
+        return text, Observation(prompts.FINAL, {"answer": action.answer}, problem is None, action.answer,
+                                 ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
+    return prompts.describe_action(action.tool, action.args), tools.call(action.tool, action.args, step=step)
+
+
+def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSession) -> Facts:
     # A side-effecting call that timed out may still complete: never retry it by rule.
-    tool = registry.tools.get(observation.tool)
+    tool = tools.registry.tools.get(observation.tool)
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
-                 timeouts_before=state["timeouts"].get(action, 0), can_page=observation.truncated)
+                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated)
 
 
-def _apply(outcome: Outcome, registry: ToolRegistry, ws: Workspace, state: dict[str, Any], tool: str,
-           args: dict[str, Any], observation: Observation) -> None:
-    """Carry out the engine's decision for the next step."""
-    if outcome.repair is not None:
-        repair = outcome.repair
+def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) -> None:
+    """Carry out the engine's decision for the next step: queue a rule repair, apply a lesson."""
+    repair = outcome.repair
+    if repair is not None and isinstance(failed, ToolCall):
         if repair.kind == "retry":
-            key = prompts.describe_action(tool, args)
-            state["timeouts"][key] = state["timeouts"].get(key, 0) + 1
+            key = prompts.describe_action(failed.tool, failed.args)
+            s.timeouts[key] = s.timeouts.get(key, 0) + 1
             time.sleep(repair.delay)
-            state["queued"] = {"tool": tool, "args": args, "why": "(rule: retry after timeout)"}
-        elif repair.kind == "args":
-            state["queued"] = {"tool": tool, "args": {**args, **repair.args}, "why": "(rule: close match)"}
-        elif repair.kind == "page" and (page := registry.page(observation, 1)) is not None:
-            state["queued"] = {"tool": "(page)", "args": {"observation": page, "page": 1}, "why": "(rule: next page)"}
+            s.queued = Chosen(failed, "(rule: retry after timeout)")
+        elif repair.kind == "args":  # the repaired arguments replace the failing ones
+            s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
+    if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
+        page = failed.page + 1 if isinstance(failed, PageAction) else 1
+        s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")
     if outcome.lesson is not None:
-        ws.apply(outcome.lesson)
+        s.workspace.apply(outcome.lesson)
+        if (forced := s.workspace.forced) is not None:
+            s.workspace.forced = None
+            s.queued = Chosen(_action(forced["tool"], forced["args"]), "(forced by a lesson)")
         if outcome.lesson.control is not None:
-            registry.blocks.apply(outcome.lesson.control)
-            state["blocks"] = {"tools": sorted(registry.blocks.tools),
-                               "values": sorted(list(v) for v in registry.blocks.values)}
-
-
-def _snapshot(state: dict[str, Any], engine: Engine) -> dict[str, Any]:
-    """Everything a resumed run needs, as plain data. A queued rule repair is carried too."""
-    snapshot = {k: v for k, v in state.items() if k != "queued"}
-    snapshot["workspace"] = state["workspace"].to_dict()
-    snapshot["engine"] = engine.snapshot()
-    queued = state.get("queued")
-    if queued is not None and queued["tool"] != "(page)":  # a page is cheap to lose; an Observation is not data
-        snapshot["queued"] = queued
-    return snapshot
-
-
-def _record(run: Run, state: dict[str, Any], step: int, thought: str, action: str, observation: Observation,
-            is_final: bool, engine: Engine) -> None:
-    run.record("react", Role.GENERATOR, {"step": step, "thought": thought, "action": action},
-               {"observation": observation.shown(), "ok": observation.ok, "code": observation.code,
-                "is_final": is_final, "replayed": observation.replayed, "state": _snapshot(state, engine)})
-
-
-def _restore(run: Run, goal: str, lessons: Sequence[Lesson], registry: ToolRegistry, engine: Engine) -> dict[str, Any]:
-    """The loop's state: fresh, or the last snapshot (react step or checkpoint) of a resumed run."""
-    for step in reversed(run.resumed_steps):
-        if step.kind in ("react", "checkpoint"):
-            state = dict(step.output["state"])
-            state["workspace"] = Workspace.from_dict(state["workspace"])
-            state["timeouts"] = dict(state["timeouts"])
-            engine.restore(state.pop("engine"))
-            blocks = state.get("blocks") or {"tools": [], "values": []}
-            registry.blocks.tools.update(blocks["tools"])
-            registry.blocks.values.update(tuple(v) for v in blocks["values"])
-            return state
-    ws = Workspace(goal)
-    for lesson in lessons:
-        ws.apply(lesson)
-    return {"workspace": ws, "step": 0, "actions": [], "thoughts": [], "timeouts": {}, "blocks": None}
-
+            tools.blocks.apply(outcome.lesson.control)

@@ -3,131 +3,154 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, run_checks
-from ..models.base import Model
-from ..reflect import Engine, ExperienceLibrary, Facts, Governor
-from ..reflect.governor import Plan
+from ..reflect import Facts
 from ..reflect.progress import same
-from ..runtime import Observer, Run
-from ..trace.store import Store
-from ..types import Budget, Lesson, Result, Role, Status, StopReason, Verdict
+from ..runtime import Stop
+from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, payload
 from . import refine_prompts as prompts
+from .session import Episode, Outcome, Session, run_loop
 
 ContextStrategy = Literal["latest", "full"]
 MAX_ATTEMPTS = 3
-"""Attempts a refine run makes unless its budget says otherwise (Budget.max_iterations)."""
+"""Attempts a refine run makes by default."""
 
 
-def refine(
-    task: str,
-    checks: Sequence[Check],
-    *,
-    model: Model | None = None,
-    budget: Budget = Budget(),
-    context: ContextStrategy = "latest",
-    explain: bool = True,
-    lessons: Sequence[Lesson] = (),
-    max_tokens: int = 512,
-    temperature: float = 0.0,
-    store: Store | None = None,
-    observer: Observer | None = None,
-    experience: ExperienceLibrary | None = None,
-    governor: Governor | None = None,
-    family: str = "refine",
-) -> Result:
-    """Attempt `task` until every check passes or a bound is hit; never raises for a spent budget.
+@payload("attempt")
+@dataclass(slots=True)
+class Attempt(Payload):
+    """One candidate the generator wrote, with the plan it wrote before it."""
+
+    iteration: int
+    revising: bool
+    plan: str
+    candidate: str
+
+
+@payload("verdict")
+@dataclass(slots=True)
+class Checked(Payload):
+    """What the checks said about the latest candidate."""
+
+    verdict: Verdict
+
+
+@payload("flag")
+@dataclass(slots=True)
+class Flag(Payload):
+    """Something worth a reader's eye that changes nothing: e.g. a revision that undoes the previous one."""
+
+    why: str
+
+
+@payload("no_progress")
+@dataclass(slots=True)
+class NoProgress(Payload):
+    """Why the run stopped repeating itself."""
+
+    why: str
+
+
+@dataclass(slots=True)
+class RefineState(Serial):
+    """Everything a refine run knows; a checkpoint after each attempt stores it for a resume."""
+
+    task: str
+    lessons: list[Lesson] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    """(candidate, feedback) for every checked attempt: the `full` context strategy shows them all."""
+    revising: tuple[str, str] | None = None
+    """The candidate to revise next and its feedback; None after a FAIL (start fresh)."""
+    best: tuple[str, Verdict] | None = None
+    first_attempt_tokens: int = 0
+
+    def outcome(self, episode: Episode) -> Outcome:
+        total = episode.run.meter.total.total_tokens
+        return Outcome(self.candidates[-1] if self.candidates else None, self.best[0] if self.best else None,
+                       self.best[1] if self.best else None, len(self.candidates),
+                       retried=len(self.candidates) > 1, retry_tokens=total - self.first_attempt_tokens)
+
+
+def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
+           max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "latest", explain: bool = True,
+           lessons: Sequence[Lesson] = (), max_tokens: int = 512, temperature: float = 0.0,
+           family: str = "refine", meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+    """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
+    a spent budget.
 
     The checks decide PASS, NEEDS_IMPROVEMENT (revise the latest candidate with its feedback) or FAIL
     (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
-    with `explain`, the reflector turns it into a lesson (within the budget's max_reflections, default 2);
+    with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
-    generator the latest candidate and feedback; "full" shows every earlier attempt. `lessons` are
-    carried in from earlier trials. A `governor` may cut retries for a `family` of tasks where they have
-    not paid; `experience` reuses repairs across runs.
+    generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
+    from earlier trials. The session's governor may cut retries for a `family` of tasks where they have
+    not paid. `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
-    if model is None:
-        from ..models.spec import resolve
+    if context not in ("latest", "full"):
+        raise ConfigError(f"context must be latest or full, not {context!r}")
+    state = RefineState(task, list(lessons))
 
-        model = resolve()
-    budget = budget.with_default_iterations(MAX_ATTEMPTS)
-    plan = governor.plan(model.name, family, task, budget) if governor else Plan(budget)
-    budget = plan.budget
-    run = Run("refine", task, model, budget=budget, store=store, observer=observer,
-              meta={"context": context, "checks": [c.name for c in checks], "family": family})
-    engine = Engine(run, experience=experience, quota=budget.max_reflections if explain else 0)
-    check_context = CheckContext(task, ask=run.call)
-    learned: list[Lesson] = list(lessons)
-    history: list[tuple[str, str]] = []
-    revising: tuple[str, str] | None = None
-    candidates: list[str] = []
-    best: tuple[str, Verdict] | None = None
-    first_attempt_tokens = 0
+    def body(ep: Episode, s: RefineState) -> Stop:
+        return _attempts(ep, s, checks, context, max_tokens, temperature)
 
-    def finish(reason: StopReason, error: str | None = None) -> Result:
-        result = run.finish(reason, output=candidates[-1] if candidates else None, best=best[0] if best else None,
-                            verdict=best[1] if best else None, iterations=len(candidates), error=error,
-                            counters=engine.finish(reason is StopReason.PASSED),
-                            notes=[plan.note] if plan.note else [])
-        if governor:
-            governor.record(model.name, family, task, retried=len(candidates) > 1, converted=result.passed,
-                            retry_tokens=result.total_usage.total_tokens - first_attempt_tokens)
-        return result
+    return run_loop(session or Session(), "refine", task, state, body, budget=budget, bound=max_attempts,
+                    family=family, reflections=explain, resume=resume,
+                    meta={"context": context, "checks": [c.name for c in checks], **(meta or {})})
 
-    try:
-        while len(candidates) < budget.max_iterations:
-            if context == "full" and history:
-                messages = prompts.full_history(task, learned, history)
-            elif revising:
-                messages = prompts.revise(task, learned, *revising)
-            else:
-                messages = prompts.fresh(task, learned)
-            reply = run.call(Role.GENERATOR, messages, max_tokens=max_tokens, temperature=temperature)
-            if reply is None:
-                return finish(run.budget_stop or StopReason.ERROR)
-            plan_text, candidate = prompts.split_reply(reply.text)
-            candidates.append(candidate)
-            run.record("attempt", Role.GENERATOR, {"iteration": len(candidates), "revising": bool(revising)},
-                       {"plan": plan_text, "candidate": candidate})
 
-            verdict = run_checks(checks, candidate, check_context)
-            run.record("verdict", Role.EVALUATOR, None, verdict)
-            if len(candidates) == 1:
-                first_attempt_tokens = run.meter.total.total_tokens
-            if best is None or verdict.score > best[1].score:
-                best = (candidate, verdict)
-            if not engine.gate(len(candidates), verdict.signals):
-                return finish(StopReason.PASSED)
-            if why := engine.progress.stalled(candidates, frozenset(s.fingerprint for s in verdict.failing)):
-                run.record("no_progress", None, None, {"why": why})
-                return finish(StopReason.NO_PROGRESS)
-            if len(candidates) >= 3 and same(candidate, candidates[-3]):
-                run.record("flag", None, None, {"why": "this revision undoes the previous one"})
-            if len(candidates) == budget.max_iterations:
-                break  # no attempt left to use a lesson: reflecting now would waste tokens
-
-            failure = verdict.failing[0]
-            evidence = _evidence(verdict)
-            outcome = engine.handle(failure, goal=task, facts=[], action=candidate, snippet=evidence,
-                                    rule_facts=Facts(retryable=False))
-            if outcome.stop is not None:
-                return finish(outcome.stop, outcome.reason)
-            lesson = outcome.lesson or Lesson(f"attempt {len(candidates)}", failure.message,
-                                              failure.code or "check failed", f"make {failure.source} pass")
-            feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
-            history.append((candidate, feedback))
-            if verdict.status is Status.FAIL:
-                learned.append(lesson)
-                revising = None
-            else:
-                revising = (candidate, feedback)
-        return finish(StopReason.MAX_ITERATIONS)
-    except ModelError as exc:
-        return finish(StopReason.ERROR, exc.explained())
+def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, max_tokens: int,
+              temperature: float) -> Stop:
+    """The loop itself: attempt, check, then stop, revise or restart."""
+    run, engine = ep.run, ep.engine
+    check_context = CheckContext(s.task, ask=run.call)
+    while len(s.candidates) < ep.bound:
+        reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
+                         max_tokens=max_tokens, temperature=temperature)
+        if reply is None:
+            return Stop(run.budget_stop or StopReason.ERROR)
+        plan_text, candidate = prompts.split_reply(reply.text)
+        s.candidates.append(candidate)
+        run.record(Attempt(len(s.candidates), s.revising is not None, plan_text, candidate), Role.GENERATOR)
+        run.status("running checks")
+        verdict = run_checks(checks, candidate, check_context)
+        run.record(Checked(verdict), Role.EVALUATOR)
+        if len(s.candidates) == 1:
+            s.first_attempt_tokens = run.meter.total.total_tokens
+        if s.best is None or verdict.score > s.best[1].score:
+            s.best = (candidate, verdict)
+        if not engine.gate(len(s.candidates), verdict.signals):
+            return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
+        if why := engine.progress.stalled(s.candidates, frozenset(x.fingerprint for x in verdict.failing)):
+            run.record(NoProgress(why))
+            return Stop(StopReason.NO_PROGRESS)
+        if len(s.candidates) >= 3 and same(candidate, s.candidates[-3]):
+            run.record(Flag("this revision undoes the previous one"))
+        if len(s.candidates) == ep.bound:
+            break  # no attempt left to use a lesson: reflecting now would waste tokens
+        failure = verdict.failing[0]
+        evidence = _evidence(verdict)
+        outcome = engine.handle(failure, goal=s.task, facts=[], action=candidate, snippet=evidence,
+                                rule_facts=Facts(retryable=False))
+        if outcome.stop is not None:
+            return Stop(outcome.stop, outcome.reason)
+        lesson = outcome.lesson or Lesson(f"attempt {len(s.candidates)}", failure.message,
+                                          failure.code or "check failed", f"make {failure.source} pass")
+        feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
+        s.history.append((candidate, feedback))
+        if verdict.status is Status.FAIL:
+            s.lessons.append(lesson)
+            s.revising = None
+        else:
+            s.revising = (candidate, feedback)
+        ep.checkpoint(s)
+    return Stop(StopReason.MAX_ITERATIONS)
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:

@@ -56,3 +56,14 @@ def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]
         messages.append({"role": "assistant", "content": f"```\n{candidate}\n```"})
         messages.append({"role": "user", "content": f"Feedback from checking it:\n{feedback}\n\nWrite a corrected, complete answer."})
     return messages
+
+
+def messages(task: str, lessons: list[Lesson], revising: tuple[str, str] | None,
+             history: list[tuple[str, str]], context: str) -> list[Message]:
+    """The generator's prompt for the next attempt: every earlier attempt (`full`), the latest one to
+    revise, or a fresh start from the task and the lessons."""
+    if context == "full" and history:
+        return full_history(task, lessons, history)
+    if revising is not None:
+        return revise(task, lessons, *revising)
+    return fresh(task, lessons)

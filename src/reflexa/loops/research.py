@@ -1,162 +1,240 @@
-"""`research`: draft, critique with search queries, gather evidence, revise with audited citations."""
+"""`research`: draft, critique with search queries, gather evidence, revise with audited citations.
+
+It goes through the same engine as the other loops: a named gap is a GAP signal (the rule repair is a
+search), a failed citation audit an UNCITED signal (the rule repair is a revision with the audit's
+feedback); the gate, the counters, NO_PROGRESS and the governor apply as everywhere.
+"""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from ..errors import ModelError
-from ..evaluate.citations import audit, cited, remove_unknown, strip_references
-from ..models.base import Model
-from ..runtime import Observer, Run
-from ..search.base import Evidence, SearchBackend, SearchError, SearchOutcome
-from ..search.cache import SearchCache
+from ..evaluate.citations import audit, clean, cited, strip_references, verified
+from ..runtime import Run, Stop
+from ..search.base import Evidence, SearchBackend, SearchError
+from ..search.cache import SearchCache, normalise_query
 from ..search.distill import distill
-from ..trace.store import Store
-from ..types import Budget, Result, Role, Status, StopReason, Usage, Verdict
+from ..types import (Budget, ErrorCode, Payload, Result, Role, Serial, Signal, Status, StopReason, Usage, Verdict,
+                     payload)
 from . import research_prompts as prompts
+from .session import Episode, Outcome, Session, run_loop
 
 RESULTS_PER_QUERY = 3
+"""Evidence items kept per query."""
 ROUNDS = 2
-"""Search-and-revise rounds unless the budget says otherwise (Budget.max_iterations)."""
+"""Search-and-revise rounds by default."""
+NO_SEARCH = "no new evidence was sought"
 
 
-def research(
-    question: str,
-    backend: SearchBackend,
-    *,
-    model: Model | None = None,
-    budget: Budget = Budget(),
-    store: Store | None = None,
-    observer: Observer | None = None,
-    cache: SearchCache | None = None,
-    k: int = RESULTS_PER_QUERY,
-) -> Result:
-    """Answer `question` from evidence. Draft, then up to budget.max_iterations rounds of search and
-    revision. The answer cites retrieved evidence as [n] and ends with its references; a claim with no
-    evidence keeps an [UNCERTAIN: ...] marker; a failed search is named in the answer. The output's
-    references are built in code from retrieved evidence only."""
-    if model is None:
-        from ..models.spec import resolve
+@payload("queries")
+@dataclass(slots=True)
+class Queries(Payload):
+    """The searches a draft proposed, and which of them the query rules let through."""
 
-        model = resolve()
-    budget = budget.with_default_iterations(ROUNDS)
-    run = Run("research", question, model, budget=budget, store=store, observer=observer,
-              meta={"backend": backend.name})
-    numbered: dict[str, tuple[int, Evidence]] = {}
-    failed: dict[str, str] = {}
-    ran: set[str] = set()
-    notes: list[str] = []
-    signals = []
-    rounds = 0
-
-    def finish(reason: StopReason, answer: str | None, error: str | None = None) -> Result:
-        final = _with_references(answer, numbered, failed, notes) if answer is not None else None
-        verdict = Verdict(Status.PASS if reason is StopReason.PASSED else Status.FAIL, tuple(signals))
-        details = {"evidence": [{"n": n, **asdict(e)} for n, e in sorted(numbered.values(), key=lambda p: p[0])],
-                   "queries": [{"query": q, "status": "failed" if q in failed else "ok", "error": failed.get(q)}
-                               for q in sorted(ran)]}
-        return run.finish(reason, output=final, best=final, verdict=verdict, iterations=rounds, error=error,
-                          notes=notes, details=details,
-                          counters={"evidence": len(numbered), "failed_queries": len(failed),
-                                    "cache_hits": cache.hits if cache else 0, "cache_misses": cache.misses if cache else 0})
-
-    try:
-        reply = run.call(Role.GENERATOR, prompts.draft(question), schema=prompts.Draft, max_tokens=512)
-        if reply is None or reply.value is None:
-            return finish(run.budget_stop or StopReason.ERROR, None, reply.error if reply else None)
-        current: prompts.Draft = reply.value
-        anchor = prompts.concrete_gaps(current.reflection)  # named before any evidence was read
-        while rounds < budget.max_iterations:
-            gaps = prompts.concrete_gaps(current.reflection)
-            if not gaps:
-                notes.append("no new evidence was sought: the draft named no concrete gap")
-                break
-            queries, rejected = prompts.clean_queries(current.search_queries, question, gaps, ran, anchor)
-            run.record("queries", None, {"proposed": current.search_queries, "gaps": gaps},
-                       {"run": queries, "rejected": rejected})
-            if not queries:
-                notes.append("no new evidence was sought: no usable query")
-                break
-            rounds += 1
-            outcome = _search(run, backend, queries, cache, k)
-            ran.update(queries)
-            failed.update(outcome.failed_queries)
-            for e in outcome.evidence:
-                numbered.setdefault(e.id, (len(numbered) + 1, e))
-            revised = _revise(run, question, current, numbered, failed)
-            if revised is None:
-                return finish(run.budget_stop or StopReason.ERROR, current.answer)
-            current = revised
-        signals.append(audit(current.answer, {n for n, _ in numbered.values()}))
-        return finish(StopReason.PASSED, current.answer)
-    except ModelError as exc:
-        return finish(StopReason.ERROR, None, exc.explained())
+    proposed: list[str]
+    gaps: list[str]
+    run: list[str]
+    rejected: list[str]
 
 
-def _search(run: Run, backend: SearchBackend, queries: Sequence[str], cache: SearchCache | None, k: int) -> SearchOutcome:
-    """Run each query (from the cache when fresh); a failure is recorded by name, never dropped."""
-    outcome = SearchOutcome("success")
-    for query in queries:
-        started = time.time()
-        hits = cache.get(backend.name, query) if cache else None
-        from_cache = hits is not None
-        if hits is None and (spent := run.meter.check()) is not None:
-            outcome.failed_queries[query] = f"not run: budget spent ({spent})"
-            continue
-        if hits is None:
-            run.meter.record(Role.SEARCH, Usage(calls=1))
-            try:
-                hits = [distill(e, query) for e in backend.search(query, k)]
-            except (SearchError, OSError, TimeoutError) as exc:
-                outcome.failed_queries[query] = str(exc) or type(exc).__name__
-                run.record("search", Role.SEARCH, {"query": query}, {"status": "failed", "error": str(exc)},
-                           Usage(calls=1), started)
-                continue
-            if cache:
-                cache.put(backend.name, query, hits)
-        outcome.evidence.extend(hits)
-        run.record("search", Role.SEARCH, {"query": query},
-                   {"status": "ok", "cached": from_cache, "evidence": [e.id for e in hits]},
-                   Usage(calls=0 if from_cache else 1), started)
-    if outcome.failed_queries:
-        outcome.status = "failed" if len(outcome.failed_queries) == len(queries) else "partial"
-    return outcome
+@payload("search")
+@dataclass(slots=True)
+class Searched(Payload):
+    """One query: ok (with the evidence it found) or failed (with why)."""
+
+    query: str
+    status: str
+    cached: bool = False
+    evidence: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
-def _revise(run: Run, question: str, current: prompts.Draft, numbered: dict[str, tuple[int, Evidence]],
-            failed: dict[str, str]) -> prompts.Draft | None:
-    """One revision; if its citations fail the audit, one more with the audit's feedback; if that still
-    fails, the offending citations are removed and their claims marked uncertain."""
-    evidence = sorted(numbered.values(), key=lambda pair: pair[0])
-    valid = {n for n, _ in evidence}
-    feedback = ""
-    for attempt in (1, 2):
-        reply = run.call(Role.GENERATOR, prompts.revise(question, current, evidence, failed, feedback),
-                         schema=prompts.Revision, max_tokens=700)
+@payload("audit")
+@dataclass(slots=True)
+class Audited(Payload):
+    """The citation audit of one revision."""
+
+    signal: Signal
+
+
+@dataclass(slots=True)
+class ResearchState(Serial):
+    """Everything a research run knows; a checkpoint after each round stores it for a resume."""
+
+    question: str
+    draft: prompts.Revision | None = None
+    anchor: list[str] = field(default_factory=list)
+    """Gaps named before any evidence was read: later queries must relate to these or to the question."""
+    evidence: list[Evidence] = field(default_factory=list)
+    """Retrieved evidence; item i is cited as [i + 1]."""
+    failed: dict[str, str] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)
+    """Queries already run: never run twice, compared normalised."""
+    rounds: int = 0
+    feedback: str = ""
+    notes: list[str] = field(default_factory=list)
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    def sources(self) -> dict[int, str]:
+        return {n: e.source for n, e in enumerate(self.evidence, start=1)}
+
+    def outcome(self, episode: Episode) -> Outcome:
+        answer = clean(strip_references(self.draft.answer), self.sources()) if self.draft else None
+        checked = answer is not None and verified(answer, self.sources().keys())
+        verdict = Verdict(Status.PASS if checked else Status.FAIL, (audit(answer or "", self.sources().keys()),))
+        details = {"answer": answer,
+                   "evidence": [{"n": n, **asdict(e)} for n, e in enumerate(self.evidence, start=1)],
+                   "queries": [{"query": q, "status": "failed" if q in self.failed else "ok", "error": self.failed.get(q)}
+                               for q in self.ran]}
+        final = _with_references(answer, self) if answer is not None else None
+        counters = {"evidence": len(self.evidence), "failed_queries": len(self.failed),
+                    "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
+        return Outcome(final, final if checked else None, verdict if answer is not None else None, self.rounds,
+                       notes=list(self.notes), details=details, counters=counters, retried=self.rounds > 0)
+
+
+def research(question: str, backend: SearchBackend, *, session: Session | None = None, budget: Budget = Budget(),
+             max_rounds: int = ROUNDS, cache: SearchCache | None = None, k: int = RESULTS_PER_QUERY,
+             meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+    """Answer `question` from evidence: a draft, then up to `max_rounds` rounds of search and revision.
+
+    The answer cites retrieved evidence as [n]; a claim with no evidence keeps an [UNCERTAIN: ...] marker;
+    a failed search is named in the answer; references are built in code from retrieved evidence only.
+    The run PASSES only when the citation audit passes over a non-empty set of citations; an answer that
+    cites nothing ends ANSWERED_UNVERIFIED. Unknown citations never leave the loop."""
+
+    def body(ep: Episode, s: ResearchState) -> Stop:
+        return _rounds(ep, s, backend, cache, k)
+
+    return run_loop(session or Session(), "research", question, ResearchState(question), body, budget=budget,
+                    bound=max_rounds, meta={"backend": backend.name, **(meta or {})}, resume=resume)
+
+
+def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: SearchCache | None, k: int) -> Stop:
+    """The loop itself: draft, then let the engine turn gaps into searches and audit failures into revisions."""
+    run, engine = ep.run, ep.engine
+    if s.draft is None:
+        reply = run.call(Role.GENERATOR, prompts.draft(s.question), schema=prompts.Draft, max_tokens=512)
         if reply is None:
-            return None
-        if reply.value is None:
-            return current  # an unusable revision keeps the last good draft
+            return Stop(run.budget_stop or StopReason.ERROR)
+        if reply.value is None:  # even after the re-ask; a cut-off draft may still hold its answer
+            s.draft = prompts.salvage(reply.text)
+            s.notes.append(f"the draft was unusable: {reply.error}")
+            return Stop(StopReason.ANSWERED_UNVERIFIED) if s.draft else Stop(StopReason.ERROR, reply.error)
+        s.draft = prompts.Revision.model_validate(reply.value.model_dump())
+        s.anchor = prompts.concrete_gaps(s.draft.reflection)
+        ep.checkpoint(s)
+    while True:
+        signals = _signals(s, ep.bound)
+        bad = engine.gate(s.rounds + 1, signals)
+        if not bad:
+            break
+        if why := engine.progress.stalled([], frozenset(x.fingerprint for x in bad)):
+            s.notes.append(f"stopped revising: {why}")
+            return Stop(StopReason.NO_PROGRESS)
+        outcome = engine.handle(bad[0], goal=s.question, facts=[], action=s.draft.answer[:300], snippet=bad[0].message)
+        if outcome.stop is not None:
+            return Stop(outcome.stop, outcome.reason)
+        if outcome.repair is not None and outcome.repair.kind == "search":
+            if not _search_round(run, s, backend, cache, k):
+                break
+        s.feedback = bad[0].message if bad[0].code is ErrorCode.UNCITED else ""
+        if not _revise(ep, s):
+            return Stop(run.budget_stop or StopReason.ERROR)
+        ep.checkpoint(s)
+    if not s.ran and NO_SEARCH not in " ".join(s.notes):
+        s.notes.append(f"{NO_SEARCH}: the draft named no concrete gap")
+    return Stop(StopReason.PASSED if verified(s.draft.answer, s.sources().keys()) else StopReason.ANSWERED_UNVERIFIED)
+
+
+def _signals(s: ResearchState, bound: int) -> list[Signal]:
+    """The draft's failing signals: each concrete gap while rounds are left, and the citation audit."""
+    assert s.draft is not None
+    gaps = prompts.concrete_gaps(s.draft.reflection) if s.rounds < bound else []
+    signals = [Signal("research", False, ErrorCode.GAP, f"missing: {gap}") for gap in gaps[:1]]
+    return [*signals, audit(s.draft.answer, s.sources().keys())]
+
+
+def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: SearchCache | None,
+                  k: int) -> bool:
+    """Run the draft's usable queries; False when none was usable (then research is over)."""
+    assert s.draft is not None
+    gaps = prompts.concrete_gaps(s.draft.reflection)
+    queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, {normalise_query(q) for q in s.ran}, s.anchor)
+    run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
+    if not queries:
+        s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")
+        return False
+    s.rounds += 1
+    known = {e.id for e in s.evidence}
+    for query in queries:
+        s.ran.append(query)
+        for item in _search(run, backend, query, cache, k, s):
+            if item.id not in known:
+                known.add(item.id)
+                s.evidence.append(item)
+    return True
+
+
+def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | None, k: int,
+            s: ResearchState) -> list[Evidence]:
+    """One query, from the cache when fresh; a failure is recorded by name, never dropped."""
+    started = time.time()
+    hits = cache.get(backend.name, query) if cache else None
+    if cache:
+        s.cache_hits, s.cache_misses = s.cache_hits + (hits is not None), s.cache_misses + (hits is None)
+    if hits is not None:
+        run.record(Searched(query, "ok", True, [e.id for e in hits]), Role.SEARCH, started_at=started)
+        return hits
+    if (spent := run.meter.check()) is not None:
+        s.failed[query] = f"not run: budget spent ({spent})"
+        return []
+    run.meter.record(Role.SEARCH, Usage(calls=1))
+    run.status(f"searching: {query}")
+    try:
+        hits = [distill(e, query) for e in backend.search(query, k)]
+    except (SearchError, OSError, TimeoutError) as exc:
+        s.failed[query] = str(exc) or type(exc).__name__
+        run.record(Searched(query, "failed", error=str(exc)), Role.SEARCH, usage=Usage(calls=1), started_at=started)
+        return []
+    if cache:
+        cache.put(backend.name, query, hits)
+    run.record(Searched(query, "ok", False, [e.id for e in hits]), Role.SEARCH, usage=Usage(calls=1), started_at=started)
+    return hits
+
+
+def _revise(ep: Episode, s: ResearchState) -> bool:
+    """One revision from the evidence so far (and the audit's feedback); False when the budget is spent.
+    An unusable revision keeps the last good draft."""
+    assert s.draft is not None
+    numbered = list(enumerate(s.evidence, start=1))
+    reply = ep.run.call(Role.GENERATOR, prompts.revise(s.question, s.draft, numbered, s.failed, s.feedback),
+                        schema=prompts.Revision, max_tokens=700)
+    if reply is None:
+        return False
+    if reply.value is not None:
         revision: prompts.Revision = reply.value
         revision.answer = strip_references(revision.answer)
-        signal = audit(revision.answer, valid)
-        run.record("audit", Role.EVALUATOR, {"attempt": attempt}, signal)
-        if signal.ok:
-            return revision
-        feedback = signal.message
-    revision.answer = remove_unknown(revision.answer, valid)
-    return revision
+        s.draft = revision
+        ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
+    return True
 
 
-def _with_references(answer: str, numbered: dict[str, tuple[int, Evidence]], failed: dict[str, str],
-                     notes: list[str]) -> str:
-    by_number = {n: e for n, e in numbered.values()}
-    refs = [f"[{n}] {by_number[n].title}: {by_number[n].source}" for n in cited(answer) if n in by_number]
-    parts = [answer.strip()] + [note[0].upper() + note[1:] + "." for note in notes if note.startswith("no new evidence")]
-    if failed:
-        parts.append("Could not verify: " + "; ".join(f'search "{q}" failed ({why})' for q, why in failed.items()))
+_TITLE_URL = re.compile(r"\S*://\S*|www\.\S+")
+
+
+def _with_references(answer: str, s: ResearchState) -> str:
+    """The answer, the run's notes, its failed searches and its references, built from evidence only."""
+    refs = [f"[{n}] {_TITLE_URL.sub('', s.evidence[n - 1].title).strip()[:120]}: {s.evidence[n - 1].source}"
+            for n in cited(answer) if 0 < n <= len(s.evidence)]
+    parts = [answer.strip()] + [note[0].upper() + note[1:] + "." for note in s.notes if note.startswith(NO_SEARCH)]
+    if s.failed:
+        parts.append("Could not verify: " + "; ".join(f'search "{q}" failed ({why})' for q, why in s.failed.items()))
     if refs:
         parts.append("References:\n" + "\n".join(refs))
     return "\n\n".join(parts)
+

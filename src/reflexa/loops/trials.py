@@ -1,81 +1,95 @@
 """`trials`: Reflexion across attempts. Each trial is a whole inner run (react or refine); a failed trial
-is reflected on into an episodic memory of the last few lessons, which the next trial starts from."""
+is reflected on into an episodic memory of the last few lessons, which the next trial starts from.
+All trials share one budget: each trial gets what the earlier ones left."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 
-from ..models.base import Model
-from ..reflect import Engine, ExperienceLibrary
-from ..runtime import Observer, Run
-from ..trace.store import Store
-from ..types import Budget, ErrorCode, Lesson, Result, Signal, StopReason, Usage
+from ..runtime import Stop
+from ..types import Budget, ErrorCode, Lesson, Payload, Result, Serial, Signal, StopReason, Usage, Verdict, payload
+from .session import Episode, Outcome, Session, run_loop
 
 MAX_TRIALS = 3
+"""Trials by default."""
 EPISODIC_LESSONS = 3
 """Lessons the episodic memory keeps: a ring buffer, the oldest drops out."""
 
-Attempt = Callable[[Sequence[Lesson]], Result]
-"""Runs one trial with the lessons so far, e.g. `lambda lessons: react(goal, tools, lessons=lessons)`."""
+Attempt = Callable[[Sequence[Lesson], Budget], Result]
+"""Runs one trial with the lessons so far and the budget that is left, e.g.
+`lambda lessons, budget: react(goal, tools, lessons=lessons, budget=budget, session=session)`."""
 
 
-def trials(
-    task: str,
-    attempt: Attempt,
-    *,
-    model: Model,
-    max_trials: int = MAX_TRIALS,
-    budget: Budget = Budget(),
-    store: Store | None = None,
-    observer: Observer | None = None,
-    experience: ExperienceLibrary | None = None,
-) -> Result:
-    """Run up to `max_trials` trials until one passes. Usage adds up every trial's own usage; each trial is
-    also stored as a run of its own, named in this run's `trial` steps. `budget` bounds this run's own
-    reflections (tokens, calls, seconds); each trial's budget is the attempt's own."""
-    run = Run("trials", task, model, budget=replace(budget, max_iterations=max_trials), store=store, observer=observer)
-    engine = Engine(run, experience=experience, quota=max_trials - 1)
-    memory: deque[Lesson] = deque(maxlen=EPISODIC_LESSONS)
-    last: Result | None = None
-    stop: StopReason | None = None
-    for number in range(1, max_trials + 1):
-        last = attempt(list(memory))
+@payload("trial")
+@dataclass(slots=True)
+class Trial(Payload):
+    """One whole trial: the lessons it started from, and how its own run ended."""
+
+    trial: int
+    lessons: list[Lesson]
+    run_id: str
+    stop_reason: StopReason
+    output: str | None = None
+
+
+@dataclass(slots=True)
+class TrialsState(Serial):
+    """The episodic memory and the last trial's result; checkpointed after each trial."""
+
+    memory: list[Lesson] = field(default_factory=list)
+    trials: int = 0
+    output: str | None = None
+    best: str | None = None
+    verdict: Verdict | None = None
+    last_stop: StopReason | None = None
+    last_error: str | None = None
+
+    def outcome(self, episode: Episode) -> Outcome:
+        return Outcome(self.output, self.best, self.verdict, self.trials, retried=self.trials > 1)
+
+
+def trials(task: str, attempt: Attempt, *, session: Session | None = None, max_trials: int = MAX_TRIALS,
+           budget: Budget = Budget(), resume: str | None = None) -> Result:
+    """Run up to `max_trials` trials until one passes. One budget covers them all and this run's own
+    reflections: usage adds up every trial's usage, and each trial is handed the budget left. Each trial
+    is also stored as a run of its own, named in this run's `trial` steps."""
+    return run_loop(session or Session(), "trials", task, TrialsState(),
+                    lambda ep, s: _trials(ep, s, task, attempt), budget=budget, bound=max_trials,
+                    reflections=max_trials > 1, resume=resume)
+
+
+def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
+    run, engine = ep.run, ep.engine
+    while s.trials < ep.bound:
+        if (spent := run.meter.check()) is not None:
+            return Stop(spent)
+        s.trials += 1
+        last = attempt(list(s.memory), run.meter.remaining())
         for role, usage in last.usage.items():
             run.meter.record(role, usage)
-        run.record("trial", None, {"trial": number, "lessons": list(memory)},
-                   {"run_id": last.run_id, "stop_reason": last.stop_reason, "output": last.output},
-                   Usage.total(last.usage.values()))
-        if not engine.gate(number, [_signal(last)]):
-            break
-        if number == max_trials or last.stop_reason is StopReason.UNRECOVERABLE:
-            break
-        outcome = engine.handle(_signal(last), goal=task, facts=[], action=f"trial {number}: {last.output or ''}",
+        s.output, s.best, s.verdict = last.output, last.best, last.verdict
+        s.last_stop, s.last_error = last.stop_reason, last.error
+        run.record(Trial(s.trials, list(s.memory), last.run_id, last.stop_reason, last.output),
+                   usage=Usage.total(last.usage.values()))
+        if not engine.gate(s.trials, [_signal(last)]):
+            return Stop(last.stop_reason)  # PASSED, or ANSWERED_UNVERIFIED: a trial nothing could check
+        if last.stop_reason in (StopReason.UNRECOVERABLE, StopReason.ERROR):
+            return Stop(last.stop_reason, last.error)
+        if s.trials == ep.bound:
+            break  # no trial left to use a lesson
+        outcome = engine.handle(_signal(last), goal=task, facts=[], action=f"trial {s.trials}: {last.output or ''}",
                                 snippet=last.error or _feedback(last))
         if outcome.stop is not None:
-            stop = outcome.stop
-            break
+            return Stop(outcome.stop, outcome.reason)
         if outcome.lesson is not None:
-            memory.append(outcome.lesson)
-        if (spent := run.meter.check()) is not None:
-            stop = spent
-            break
-    assert last is not None
-    if last.passed:
-        reason = StopReason.PASSED
-    elif stop is not None:
-        reason = stop
-    elif last.stop_reason in (StopReason.UNRECOVERABLE, StopReason.ERROR):
-        reason = last.stop_reason
-    else:
-        reason = StopReason.MAX_ITERATIONS  # the trials ran out; each trial's own reason is in its step
-    return run.finish(reason, output=last.output, best=last.best, verdict=last.verdict, iterations=number,
-                      error=last.error, counters=engine.finish(last.passed))
+            s.memory = [*s.memory, outcome.lesson][-EPISODIC_LESSONS:]
+        ep.checkpoint(s)
+    return Stop(StopReason.MAX_ITERATIONS)
 
 
 def _signal(result: Result) -> Signal:
-    if result.passed:
+    if result.stop_reason in (StopReason.PASSED, StopReason.ANSWERED_UNVERIFIED):
         return Signal("trial", True)
     return Signal("trial", False, ErrorCode.TEST_FAILED, f"trial ended {result.stop_reason}: "
                   f"{result.error or _feedback(result)}"[:300], evidence=(result.output or "")[:300])

@@ -25,7 +25,9 @@ class Decision(StrEnum):
 class Repair:
     """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
 
-    kind: str  # "retry" | "args" | "page"
+    kind: str  # "retry" | "args" | "page" | "search" | "revise"
+    """retry the same call; call with `args` instead (they replace the failing call's arguments); show the
+    next page; search for a named gap; revise with the signal's feedback."""
     args: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -67,4 +69,8 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("retry", delay=TIMEOUT_BACKOFF))
     if code is ErrorCode.TOO_LONG and facts.can_page:
         return Classification(Decision.RULE, "truncated observation: show the next page", Repair("page"))
+    if code is ErrorCode.GAP:
+        return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
+    if code is ErrorCode.UNCITED:
+        return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
     return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..types import Lesson, Signal, StopReason
+from ..types import Lesson, Payload, Signal, StopReason, payload
 from .classify import Decision, Facts, Repair, classify
 from .experience import ExperienceLibrary
 from .gate import failing
@@ -51,6 +51,21 @@ class Counters:
         return asdict(self)
 
 
+@payload("engine")
+@dataclass(slots=True)
+class Decided(Payload):
+    """The engine's decision on one failing signal, as the trace keeps it."""
+
+    signal: Signal
+    action: str
+    decision: str
+    reason: str
+    lesson: Lesson | None = None
+    repair: Repair | None = None
+    reused: bool = False
+    stop: StopReason | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What the engine tells the loop to do about one failure."""
@@ -64,6 +79,8 @@ class Outcome:
 
 
 class Engine:
+    """One run's reflection engine: the loop hands it each step's signals and each failure."""
+
     def __init__(self, run: Run, *, experience: ExperienceLibrary | None = None, quota: int | None = None) -> None:
         self.run = run
         self.experience = experience
@@ -90,9 +107,8 @@ class Engine:
     def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
                rule_facts: Facts = Facts()) -> Outcome:
         outcome = self._decide(signal, goal, facts, action, snippet, rule_facts)
-        self.run.record("engine", None, {"signal": signal, "action": action[:300]},
-                        {"decision": outcome.kind, "reason": outcome.reason, "lesson": outcome.lesson,
-                         "repair": outcome.repair, "reused": outcome.reused, "stop": outcome.stop})
+        self.run.record(Decided(signal, action[:300], outcome.kind, outcome.reason, outcome.lesson, outcome.repair,
+                                outcome.reused, outcome.stop))
         return outcome
 
     def _decide(self, signal: Signal, goal: str, facts: Sequence[str], action: str, snippet: str,
@@ -142,14 +158,18 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         """What a resumed run needs to carry on: counters (the quota among them), the error_handled marks."""
+        last = self.progress.last_fingerprints
         return {"counters": self.counters.to_dict(), "reflected": sorted(self.progress.reflected),
-                "error_since": self._error_since, "pending": sorted(self._pending)}
+                "error_since": self._error_since, "pending": sorted(self._pending),
+                "last_fingerprints": sorted(last) if last is not None else None}
 
     def restore(self, data: dict[str, Any]) -> None:
         self.counters = Counters(**data["counters"])
         self.progress.reflected = set(data["reflected"])
         self._error_since = data["error_since"]
         self._pending = set(data["pending"])
+        last = data.get("last_fingerprints")
+        self.progress.last_fingerprints = frozenset(last) if last is not None else None
 
     def finish(self, success: bool) -> dict[str, Any]:
         """Settle the experience entries still pending and return the counters for the result."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..types import ErrorCode, Signal, normalise
+from ..types import ErrorCode, Signal
 
 LOW_CONFIDENCE = 0.3
 """Self-reported confidence below this is a signal."""
@@ -24,10 +24,16 @@ def failing(signals: Sequence[Signal]) -> list[Signal]:
     return [s for s in signals if not s.ok]
 
 
+def _key(text: str) -> str:
+    # Case and spacing aside only: numbers and identifiers tell actions apart ("refund order 1" and
+    # "refund order 2" are two actions, not one repeated).
+    return " ".join(text.lower().split())
+
+
 def repeated(text: str, earlier: Sequence[str], similarity: Similarity | None = None) -> bool:
-    """Equal after normalising, or (with an embedding similarity) at least SIMILAR to an earlier one."""
-    key = normalise(text)
-    if any(key == normalise(e) for e in earlier):
+    """Equal up to case and spacing, or (with an embedding similarity) at least SIMILAR to an earlier one."""
+    key = _key(text)
+    if any(key == _key(e) for e in earlier):
         return True
     return similarity is not None and any(similarity(text, e) >= SIMILAR for e in earlier)
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from ..trace.store import Store
-from ..types import Budget
 
 NAMESPACE = "governor"
 CONVERTED = "governor-converted"
@@ -34,7 +33,10 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    budget: Budget
+    """What the governor allows one run: its loop bound (attempts or steps), its reflections, and why."""
+
+    bound: int
+    reflections: int | None = None
     note: str | None = None
     probe: bool = False
 
@@ -71,33 +73,32 @@ class Governor:
         data = self.store.get(NAMESPACE, f"{model}|{family}")
         return Stats(**data) if data else Stats()
 
-    def plan(self, model: str, family: str, task: str, budget: Budget, *, cut: str = "retries") -> Plan:
-        """The budget for one run. `cut` says what to trim when reflection does not pay: "retries" (attempt
-        loops such as refine: down to one attempt, or two) or "reflections" (step loops such as react,
-        whose steps are not retries: down to no reflector call, or one)."""
-        if cut == "retries" and budget.max_iterations is not None and budget.max_iterations <= 1:
-            return Plan(budget)
+    def plan(self, model: str, family: str, task: str, bound: int, reflections: int | None, *,
+             cut: str = "retries") -> Plan:
+        """The bound and reflections for one run. `cut` says what to trim when reflection does not pay:
+        "retries" (attempt loops such as refine: down to one attempt, or two) or "reflections" (step loops
+        such as react, whose steps are not retries: down to no reflector call, or one)."""
+        keep = Plan(bound, reflections)
+        if cut == "retries" and bound <= 1:
+            return keep
         stats = self.stats(model, family)
         if stats.samples < self.min_samples:
-            return Plan(budget)
+            return keep
         upper = wilson_upper(stats.conversions, stats.samples)
         if upper >= self.min_rate:
-            return Plan(budget)
+            return keep
         if self.store.get(CONVERTED, task_key(model, family, task)) is not None:
-            return Plan(budget, "governor: kept retries, reflection converted this task before")
+            return Plan(bound, reflections, "governor: kept retries, reflection converted this task before")
         evidence = (f"reflection converted {stats.conversions} of {stats.samples} failing runs of {family} on "
                     f"{model} (95% upper bound {upper:.0%} < {self.min_rate:.0%})")
         if self.rng.random() < self.probe_rate:
-            return Plan(budget, f"governor: probe with full retries; {evidence}", probe=True)
+            return Plan(bound, reflections, f"governor: probe with full retries; {evidence}", probe=True)
         if cut == "reflections":
             allowed = 0 if stats.conversions == 0 else 1
-            return Plan(replace(budget, max_reflections=allowed),
-                        f"governor: reflections cut to {allowed}; {evidence}")
+            return Plan(bound, allowed, f"governor: reflections cut to {allowed}; {evidence}")
         if stats.conversions == 0:
-            return Plan(replace(budget, max_iterations=1, max_reflections=0),
-                        f"governor: retries cut to a single attempt; {evidence}")
-        return Plan(replace(budget, max_iterations=min(2, budget.max_iterations or 2)),
-                    f"governor: retries cut to one; {evidence}")
+            return Plan(1, 0, f"governor: retries cut to a single attempt; {evidence}")
+        return Plan(min(2, bound), reflections, f"governor: retries cut to one; {evidence}")
 
     def record(self, model: str, family: str, task: str, *, retried: bool, converted: bool, retry_tokens: int) -> None:
         """Count one run: `retried` when it failed its first attempt and made reflected retries."""

@@ -7,6 +7,7 @@ set of error codes, so the reflection engine can tell a typo from a permission p
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
 import json
 import sqlite3
@@ -17,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from ..errors import ConfigError
 from ..types import Control, ErrorCode, cap
 
 OUTPUT_CHARS = 2000
@@ -149,6 +151,13 @@ class Blocks:
     tools: set[str] = field(default_factory=set)
     values: set[tuple[str, str, str]] = field(default_factory=set)
 
+    def to_dict(self) -> dict[str, list[Any]]:
+        return {"tools": sorted(self.tools), "values": sorted(list(v) for v in self.values)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list[Any]]) -> Blocks:
+        return cls(set(data.get("tools", [])), {(str(a), str(b), str(c)) for a, b, c in data.get("values", [])})
+
     def apply(self, control: Control) -> None:
         if control.kind == "block_tool":
             self.tools.add(control.tool)
@@ -164,16 +173,18 @@ class Blocks:
         return None
 
 
-EffectLog = Callable[[str], dict[str, Any] | None]
+RESERVED = frozenset({"final_answer"})
+"""Tool names the loops use themselves; a tool may not take one."""
 
 
 class ToolRegistry:
-    """The tools of one agent, with validation, timeouts, output caps, blocks and idempotent effects."""
+    """A static set of tools: names, argument schemas and descriptions. Per-run state (blocks, pages,
+    effect records) lives in a ToolSession, so one registry can serve many runs."""
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         self.tools = {t.name: t for t in tools}
-        self.blocks = Blocks()
-        self._full: dict[str, str] = {}  # the whole text of each tool's last truncated output, for paging
+        if taken := RESERVED & set(self.tools):
+            raise ConfigError(f"tool name {sorted(taken)[0]!r} is reserved", hint="rename the tool")
 
     def describe(self) -> str:
         lines = []
@@ -183,14 +194,25 @@ class ToolRegistry:
             lines.append(f"- {t.name}({args}): {t.description.splitlines()[0] if t.description else ''}")
         return "\n".join(lines)
 
-    def call(self, name: str, args: dict[str, Any], *, effect_key: str | None = None,
-             effects: Any = None) -> Observation:
-        """Validate, run and cap one call. `effects` (a Store) plus `effect_key` make a side-effecting
-        call idempotent: a key already recorded returns the recorded observation without running."""
-        if name not in self.tools:
-            return Observation(name, args, False, code=ErrorCode.NOT_FOUND,
-                               message=f"unknown tool {name!r}; tools: {', '.join(self.tools)}")
-        t = self.tools[name]
+
+@dataclass(slots=True)
+class ToolSession:
+    """One run's use of a registry: the blocks its lessons set, the full text of truncated outputs (for
+    paging), and, through `effects` (a Store), the idempotency records of side-effecting calls."""
+
+    registry: ToolRegistry
+    effects: Any = None
+    run_id: str = ""
+    blocks: Blocks = field(default_factory=Blocks)
+    _full: dict[str, str] = field(default_factory=dict)
+
+    def call(self, name: str, args: dict[str, Any], *, step: int = 0) -> Observation:
+        """Validate, run and cap one call. A side-effecting call whose key (run, step, tool, arguments) is
+        already recorded returns the recorded observation without running again."""
+        if name not in self.registry.tools:
+            return Observation(name, args, False, code=ErrorCode.SCHEMA,
+                               message=f"unknown tool {cap(name, 60)!r}; tools: {', '.join(self.registry.tools)}")
+        t = self.registry.tools[name]
         if reason := self.blocks.refuses(name, args):
             return Observation(name, args, False, code=ErrorCode.BLOCKED, message=reason)
         try:
@@ -200,9 +222,9 @@ class ToolRegistry:
             where = ".".join(str(p) for p in first["loc"]) or "args"
             return Observation(name, args, False, code=ErrorCode.SCHEMA, message=f"{where}: {first['msg']}",
                                suggestion=_renamed(args, t.args_model))
-        idempotent = t.side_effect and effects is not None and effect_key is not None
-        if idempotent:
-            if (done := effects.get("effects", effect_key)) is not None:
+        key = effect_key(self.run_id, step, name, args) if t.side_effect and self.effects is not None else None
+        if key is not None:
+            if (done := self.effects.get("effects", key)) is not None:
                 if done.get("pending"):
                     # The process died during this very call: the effect may or may not have happened.
                     return Observation(name, args, False, code=ErrorCode.TOOL_ERROR, fatal=True,
@@ -210,12 +232,12 @@ class ToolRegistry:
                                        "check its effect by hand")
                 return Observation(**{**done, "code": ErrorCode(done["code"]) if done["code"] else None},
                                    replayed=True)
-            effects.put("effects", effect_key, {"pending": True})
+            self.effects.put("effects", key, {"pending": True})
         observation = self._invoke(t, args, valid)
-        if idempotent:
+        if key is not None:
             # Recorded before the loop's own step, so a crash right after the effect cannot repeat it.
-            effects.put("effects", effect_key, {k: getattr(observation, k) for k in observation.__slots__
-                                                if k != "replayed"})
+            self.effects.put("effects", key, {k: getattr(observation, k) for k in observation.__slots__
+                                              if k != "replayed"})
         return observation
 
     def _invoke(self, t: Tool, args: dict[str, Any], valid: BaseModel) -> Observation:
@@ -234,15 +256,17 @@ class ToolRegistry:
         return Observation(t.name, args, True, text[: t.max_chars], truncated=len(text) > t.max_chars,
                            full_chars=len(text))
 
-    def page(self, observation: Observation, page: int) -> Observation | None:
-        """Page `page` (from 0) of a truncated observation's full output, without running the tool again."""
-        full = self._full.get(observation.tool)
-        size = self.tools[observation.tool].max_chars
-        if full is None or page * size >= len(full):
+    def page(self, tool_name: str, page: int) -> Observation | None:
+        """Page `page` (from 0) of a tool's last truncated output, without running the tool again."""
+        full = self._full.get(tool_name)
+        if full is None or tool_name not in self.registry.tools:
+            return None
+        size = self.registry.tools[tool_name].max_chars
+        if page * size >= len(full):
             return None
         chunk = full[page * size : (page + 1) * size]
-        return Observation(observation.tool, {**observation.args, "page": page}, True, chunk,
-                           truncated=(page + 1) * size < len(full), full_chars=len(full))
+        return Observation(tool_name, {"page": page}, True, chunk, truncated=(page + 1) * size < len(full),
+                           full_chars=len(full))
 
 
 def _renamed(args: dict[str, Any], model: type[BaseModel]) -> dict[str, Any] | None:
@@ -265,14 +289,21 @@ def _renamed(args: dict[str, Any], model: type[BaseModel]) -> dict[str, Any] | N
     return fixed if fixed != args else None
 
 
-def effect_key(run_id: str, step: int, tool_name: str) -> str:
-    """The idempotency key of a side-effecting call: the same run, step and tool is the same effect."""
-    return f"{run_id}:{step}:{tool_name}"
+def effect_key(run_id: str, step: int, tool_name: str, args: dict[str, Any]) -> str:
+    """The idempotency key of a side-effecting call: the same run, step, tool and arguments is the same
+    effect. A resumed step that chooses other arguments is a new call, never a replay of the old one."""
+    digest = hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"{run_id}:{step}:{tool_name}:{digest}"
 
 
 def interrupted_effects(effects: Any, run_id: str) -> list[str]:
     """Side-effecting calls of a run that began and never reported back (the process died inside them)."""
     return [key for key, value in effects.items("effects") if key.startswith(f"{run_id}:") and value.get("pending")]
+
+
+def effect_tool(key: str) -> str:
+    """The tool name inside an effect key."""
+    return key.split(":")[2] if key.count(":") >= 3 else key
 
 
 def sqlite_error_code(exc: sqlite3.Error) -> ErrorCode:

@@ -121,10 +121,11 @@ class SQLiteStore:
              step.usage.input_tokens, step.usage.output_tokens, step.usage.calls, step.started_at, step.ended_at),
         )
 
-    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any]) -> None:
+    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
+                   status: str = "finished") -> None:
         self._write(
-            "UPDATE runs SET status='finished', stop_reason=?, ended_at=?, result=? WHERE run_id=?",
-            (stop_reason, ended_at, to_json(result), run_id),
+            "UPDATE runs SET status=?, stop_reason=?, ended_at=?, result=? WHERE run_id=?",
+            (status, stop_reason, ended_at, to_json(result), run_id),
         )
 
     @staticmethod
@@ -140,8 +141,13 @@ class SQLiteStore:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """A run by its id or by a unique prefix of it."""
-        rows = self._read("SELECT * FROM runs WHERE run_id LIKE ? LIMIT 2", (run_id + "%",))
-        return self._record(rows[0]) if len(rows) == 1 else None
+        matches = self.find_runs(run_id)
+        return matches[0] if len(matches) == 1 else None
+
+    def find_runs(self, prefix: str) -> list[RunRecord]:
+        """Up to two runs whose id starts with `prefix`, compared literally (no LIKE wildcards)."""
+        rows = self._read("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? LIMIT 2", (len(prefix), prefix))
+        return [self._record(r) for r in rows]
 
     def steps(self, run_id: str) -> list[Step]:
         return [step_from_row(dict(r)) for r in self._read("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))]

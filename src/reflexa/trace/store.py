@@ -31,9 +31,11 @@ class Store(Protocol):
 
     def start_run(self, record: RunRecord) -> None: ...
     def add_step(self, step: Step) -> None: ...
-    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any]) -> None: ...
+    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
+                   status: str = "finished") -> None: ...
     def runs(self, limit: int = 20) -> list[RunRecord]: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
+    def find_runs(self, prefix: str) -> list[RunRecord]: ...
     def steps(self, run_id: str) -> list[Step]: ...
     def close(self) -> None: ...
 
@@ -91,17 +93,22 @@ class MemoryStore:
         self._steps[step.run_id].append(dataclasses.replace(step, input=json.loads(to_json(step.input)),
                                                             output=json.loads(to_json(step.output))))
 
-    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any]) -> None:
+    def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
+                   status: str = "finished") -> None:
         record = self._runs[run_id]
-        record.status, record.stop_reason, record.ended_at = "finished", stop_reason, ended_at
+        record.status, record.stop_reason, record.ended_at = status, stop_reason, ended_at
         record.result = json.loads(to_json(result))
 
     def runs(self, limit: int = 20) -> list[RunRecord]:
         return sorted(self._runs.values(), key=lambda r: r.started_at, reverse=True)[:limit]
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        matches = [r for key, r in self._runs.items() if key.startswith(run_id)]
+        matches = self.find_runs(run_id)
         return matches[0] if len(matches) == 1 else None
+
+    def find_runs(self, prefix: str) -> list[RunRecord]:
+        """Up to two runs whose id starts with `prefix`, compared literally."""
+        return [r for key, r in self._runs.items() if key.startswith(prefix)][:2]
 
     def steps(self, run_id: str) -> list[Step]:
         return list(self._steps.get(run_id, []))

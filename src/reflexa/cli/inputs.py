@@ -1,0 +1,106 @@
+"""Checking what a user typed before a run starts: files, paths, databases, validators. Each problem is
+one ConfigError (one line and a hint, exit 2), never a traceback, and never after tokens were spent."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import ConfigError
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file's content, or one clear error (missing, a directory, binary, not UTF-8)."""
+    if path.is_dir():
+        raise ConfigError(f"{what} is a directory, not a file: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{what} not found: {path}")
+    data = path.read_bytes()
+    if b"\x00" in data[:4096]:
+        raise ConfigError(f"{what} is a binary file, not text: {path}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} is not UTF-8 text: {path} (byte {exc.start})") from None
+
+
+def read_task(task: str) -> str:
+    """--task is a file when such a file exists, else the task text itself. A lone word ending in .md or
+    .txt that names no file is taken for a mistyped path; a directory is an error."""
+    try:
+        path = Path(task)
+        if path.is_file() or path.is_dir():
+            return read_text_file(path, "task file")
+    except (OSError, ValueError):  # e.g. a long one-line task: too long to be a file name, so it is text
+        return task
+    if " " not in task.strip() and path.suffix in (".md", ".txt"):
+        raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
+    if not task.strip():
+        raise ConfigError("the task is empty")
+    return task
+
+
+def check_out(out: Path, *, force: bool) -> Path:
+    """Where the best candidate goes: inside the working directory unless `force`, never through a
+    symlink, never a directory. Checked before the run, so a bad --out costs no tokens."""
+    if out.suffix == "":
+        raise ConfigError(f"--out needs a file name with a suffix, got {out}")
+    if out.is_dir():
+        raise ConfigError(f"--out names a directory: {out}")
+    if out.is_symlink():
+        raise ConfigError(f"--out is a symlink: {out}", hint="give a plain file path")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out directory does not exist: {out.parent}")
+    resolved = out.resolve()
+    if not force and not resolved.is_relative_to(Path.cwd().resolve()):
+        raise ConfigError(f"--out must stay inside the working directory, got {out}",
+                          hint="pass --force-out to write elsewhere")
+    return resolved
+
+
+def write_out(path: Path, text: str) -> None:
+    """Write without following a symlink created since the check (O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text if text.endswith("\n") else text + "\n")
+
+
+def sql_validator(db: Path, validate: str) -> Callable[[str], str | None]:
+    """--validate: an SQL query (SELECT/WITH) that must return a row, with the answer bound to :answer,
+    or a shell command that must exit 0, with the answer in $REFLEXA_ANSWER."""
+    is_sql = validate.lstrip().split(None, 1)[0].upper() in ("SELECT", "WITH") if validate.strip() else False
+    if not validate.strip():
+        raise ConfigError("--validate is empty")
+
+    def check_sql(answer: str) -> str | None:
+        try:
+            with sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True) as conn:
+                params = {"answer": answer} if ":answer" in validate else {}
+                row = conn.execute(validate, params).fetchone()
+        except sqlite3.Error as exc:
+            return f"the validation query failed: {exc}"
+        return None if row is not None else "the validation query returned no row for this answer"
+
+    def check_command(answer: str) -> str | None:
+        try:
+            done = subprocess.run(validate, shell=True, capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, "REFLEXA_ANSWER": answer})
+        except subprocess.TimeoutExpired:
+            return "the validation command timed out after 30 s"
+        if done.returncode == 0:
+            return None
+        return f"the validation command exited {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+
+    return check_sql if is_sql else check_command
+
+
+def check_database(db: Path) -> None:
+    """--db must be an SQLite file: say so before the run, not as a strange tool failure during it."""
+    if db.is_dir() or not db.is_file():
+        raise ConfigError(f"database not found: {db}", hint="give an existing SQLite file with --db")
+    with db.open("rb") as handle:
+        if handle.read(16) != b"SQLite format 3\x00":
+            raise ConfigError(f"not an SQLite database: {db}")

@@ -1,0 +1,156 @@
+"""What every loop shares: the Session (model, store, observer, experience, governor) and the one entry
+that opens a run from it and closes it.
+
+A loop keeps only its own control flow. `run_loop` does the rest, the same way for every loop: plan the
+run with the governor, open (or reopen) the trace, build the engine, restore a resumed state, call the
+loop's body, and finish: best-so-far, counters, the governor's record, `ModelError` -> ERROR, Ctrl-C ->
+INTERRUPTED, and a program bug -> ERROR in the store before the exception goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ..errors import ModelError, RunInterrupted
+from ..models.base import Model
+from ..reflect import Engine, ExperienceLibrary, Governor
+from ..reflect.governor import Plan
+from ..runtime import Checkpoint, Observer, Run, Stop
+from ..trace.store import MemoryStore, Store
+from ..types import Budget, Result, StopReason, Verdict
+
+
+@dataclass(slots=True)
+class Session:
+    """The plumbing a run needs and no loop should rebuild. One session can serve many runs.
+
+    `model` None means the configured default (`--model`, $REFLEXA_MODEL, reflexa.toml, else `local`),
+    resolved when the first run opens."""
+
+    model: Model | None = None
+    store: Store = field(default_factory=MemoryStore)
+    observer: Observer | None = None
+    experience: ExperienceLibrary | None = None
+    governor: Governor | None = None
+
+    def resolved_model(self) -> Model:
+        if self.model is None:
+            from ..models.spec import resolve
+
+            self.model = resolve()
+        return self.model
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a loop's state says about the run so far: the answer and the best-so-far."""
+
+    output: str | None
+    best: str | None = None
+    verdict: Verdict | None = None
+    iterations: int = 0
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    """The loop's own counts, shown beside the engine's (e.g. research's cache hits)."""
+    retried: bool = False
+    """For the governor: the run failed its first attempt and paid for reflected retries."""
+    retry_tokens: int = 0
+    """For the governor: what those retries cost."""
+
+
+S = TypeVar("S", bound="LoopState")
+
+
+class LoopState(Protocol):
+    """A loop's whole per-run state: one owner, with a serialised form that resume reads back."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls: type[S], data: dict[str, Any]) -> S: ...
+
+    def outcome(self, episode: Episode) -> Outcome: ...
+
+
+@dataclass(slots=True)
+class Episode:
+    """One open run, as a loop's body sees it: the trace and budget (`run`), the engine, and the plan."""
+
+    run: Run
+    engine: Engine
+    plan: Plan
+    session: Session
+
+    @property
+    def bound(self) -> int:
+        """The loop's own bound for this run (attempts, steps, rounds), after the governor's plan."""
+        return self.plan.bound
+
+    def snapshot(self, state: LoopState) -> Checkpoint:
+        """The loop's state and the engine's, as plain data."""
+        return Checkpoint(state.to_dict(), self.engine.snapshot())
+
+    def checkpoint(self, state: LoopState) -> None:
+        """Store the loop's state and the engine's, so a killed run resumes from here."""
+        self.run.record(self.snapshot(state))
+
+
+Body = Callable[[Episode, S], Stop]
+"""A loop's control flow: it works on the state and returns how the run stopped."""
+
+
+def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *, budget: Budget, bound: int,
+             family: str | None = None, cut: str = "retries", reflections: bool = True,
+             meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+    """Open a run of `loop` from `session`, run `body` on `state`, and close the run; never raises for a
+    spent budget or a model failure. `bound` is the loop's own limit (attempts, steps or rounds); the
+    governor, when the session has one, may cut it or the reflections for the task `family`."""
+    model = session.resolved_model()
+    family = family or loop
+    plan = (session.governor.plan(model.name, family, task, bound, budget.max_reflections, cut=cut)
+            if session.governor else Plan(bound, budget.max_reflections))
+    run = Run(loop, task, model, budget=budget, store=session.store, observer=session.observer,
+              meta={"family": family, "bound": bound, **(meta or {})}, resume=resume)
+    engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
+    if resume is not None:
+        state = _restored(run, engine, state)
+    episode = Episode(run, engine, plan, session)
+
+    def finish(reason: StopReason, error: str | None = None) -> Result:
+        outcome = state.outcome(episode)
+        notes = ([plan.note] if plan.note else []) + outcome.notes
+        result = run.finish(reason, output=outcome.output, best=outcome.best, verdict=outcome.verdict,
+                            iterations=outcome.iterations, error=error, notes=notes, details=outcome.details,
+                            counters={**engine.finish(reason is StopReason.PASSED), **outcome.counters})
+        if session.governor and reason is not StopReason.INTERRUPTED:
+            session.governor.record(model.name, family, task, retried=outcome.retried, converted=result.passed,
+                                    retry_tokens=outcome.retry_tokens)
+        return result
+
+    try:
+        stop = body(episode, state)
+    except ModelError as exc:
+        return finish(StopReason.ERROR, exc.explained())
+    except KeyboardInterrupt:
+        finish(StopReason.INTERRUPTED, "interrupted by the user")
+        raise RunInterrupted(run.run_id) from None
+    except Exception as exc:
+        # A bug in reflexa or in a user's tool or check: the run still ends in the store, never "running".
+        finish(StopReason.ERROR, f"internal error: {type(exc).__name__}: {exc}"[:500])
+        raise
+    return finish(stop.stop_reason, stop.error)
+
+
+def _restored(run: Run, engine: Engine, fresh: S) -> S:
+    """The state of the last checkpoint of a resumed run (the fresh state when there is none)."""
+    for step in reversed(run.resumed_steps):
+        data = step.payload()
+        # A checkpoint of its own, or one a step carries in its own row (react's steps do).
+        checkpoint = data if isinstance(data, Checkpoint) else getattr(data, "checkpoint", None)
+        if isinstance(checkpoint, Checkpoint):
+            engine.restore(checkpoint.engine)
+            return type(fresh).from_dict(checkpoint.state)
+    return fresh

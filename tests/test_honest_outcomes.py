@@ -1,0 +1,275 @@
+"""Outcomes say only what was checked; one engine for every loop; typed steps; resume for every loop.
+Each test here is a case the issue "Honest outcomes, and one engine" found, through the CLI where it was
+found through the CLI."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from reflexa import MemoryStore, ScriptedModel, Session, Signal, SQLiteStore, StopReason, react, refine, research
+from reflexa.cli.app import app
+from reflexa.cli.render import RENDERERS
+from reflexa.errors import RunInterrupted
+from reflexa.search import Evidence, LocalCorpus, SearchError
+from reflexa.tools import ToolRegistry, tool
+from reflexa.types import PAYLOADS, ErrorCode
+
+DOCS = Path(__file__).parent / "fixtures" / "docs"
+runner = CliRunner()
+
+
+def draft(answer, missing=(), queries=("placeholder query",)):
+    return {"answer": answer, "reflection": {"missing": list(missing), "superfluous": []},
+            "search_queries": list(queries)}
+
+
+def act(tool_name, **args):
+    return {"action": {"thought": f"use {tool_name} {sorted(args.items())}", "tool": tool_name, "args": args,
+                       "confidence": 0.9}}
+
+
+@pytest.fixture()
+def docs(tmp_path):
+    folder = tmp_path / "docs"
+    shutil.copytree(DOCS, folder)
+    return folder
+
+
+def corpus_of(folder):
+    corpus = LocalCorpus.for_folder(folder)
+    corpus.index(folder)
+    return corpus
+
+
+def test_research_without_a_search_is_not_a_pass_through_the_cli(tmp_path, docs):
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([draft("It is tall.", missing=["more information"])]))
+    result = runner.invoke(app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(docs),
+                                 "--model", f"scripted:{replies}"])
+    assert result.exit_code == 4, result.output
+    assert "ANSWERED_UNVERIFIED" in result.output and "stop: PASSED" not in result.output
+
+
+def test_a_dangling_citation_with_no_evidence_is_removed_and_not_a_pass(docs):
+    model = ScriptedModel([draft("Paris is the capital [1].", missing=["more information"]),
+                           draft("Paris is the capital [1].")])
+    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
+    assert result.stop_reason is not StopReason.PASSED
+    assert "[1]" not in result.output and "UNCERTAIN" in result.output
+    assert result.verdict is not None and result.verdict.status != "PASS"
+
+
+def test_failed_searches_and_no_search_are_never_both_claimed():
+    class Offline:
+        name = "offline"
+
+        def search(self, query, k):
+            raise SearchError("network unreachable")
+
+    model = ScriptedModel([draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                           draft("Still unknown.", missing=["more information"])])
+    result = research("How tall is the Eiffel Tower?", Offline(), session=Session(model=model))
+    assert "Could not verify" in result.output
+    assert "no new evidence was sought" not in result.output.lower()
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED
+
+
+def test_research_goes_through_the_engine(docs):
+    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                           draft("It is 330 metres tall [1].")])
+    result = research("How tall is the Eiffel Tower?", corpus_of(docs), session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED
+    assert result.counters["gate_calls"] >= 2 and result.counters["rule_repairs"] == 1
+
+
+def test_citation_forms_other_than_n_fail_the_audit(docs):
+    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                           draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example)."),
+                           draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example).")])
+    result = research("How tall is the Eiffel Tower?", corpus_of(docs), session=Session(model=model))
+    assert "99" not in result.output and "evil.example" not in result.output
+    assert result.stop_reason is not StopReason.PASSED
+
+
+def test_a_misspelt_argument_is_replaced_not_merged():
+    seen = []
+
+    @tool
+    def refund(order_id: int, amount: float) -> str:
+        """Refund part of an order."""
+        seen.append((order_id, amount))
+        return "ok"
+
+    typo = act("refund", order_id=1, amont=10.0)  # fails the schema, and again when asked once more
+    model = ScriptedModel([typo, typo, act("final_answer", answer="done")])
+    result = react("Refund 10 on order 1", [refund], validator=lambda a: None, session=Session(model=model))
+    assert result.passed and seen == [(1, 10.0)] and result.counters["rule_repairs"] == 1
+
+
+def test_a_registry_reused_across_runs_does_not_carry_blocks():
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        if key == "bad":
+            raise ValueError("the backend refused the key")
+        return f"value of {key}"
+
+    registry = ToolRegistry([lookup])
+    block = {"failure_step": "1", "observed_mismatch": "the backend refused the key", "root_cause": "bad tool",
+             "correction": "stop using lookup", "control": "block_tool", "control_tool": "lookup"}
+    first = ScriptedModel([act("lookup", key="bad"), block, act("lookup", key="x"), act("final_answer", answer="?")])
+    react("find", registry, session=Session(model=first), max_steps=3)
+    second = ScriptedModel([act("lookup", key="good"), act("final_answer", answer="value of good")])
+    result = react("find", registry, validator=lambda a: None, session=Session(model=second))
+    assert result.passed and result.counters["gate_signals"] == 0
+
+
+def test_actions_that_differ_only_in_numbers_are_not_repeats():
+    refunded = []
+
+    @tool(side_effect=True)
+    def refund(order_id: int) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return f"refunded {order_id}"
+
+    model = ScriptedModel([{"action": {"thought": f"refund order {n}", "tool": "refund",
+                                       "args": {"order_id": n}}} for n in (1, 2, 3)]
+                          + [act("final_answer", answer="done")])
+    result = react("Refund orders 1, 2 and 3", [refund], validator=lambda a: None, session=Session(model=model))
+    assert result.passed and refunded == [1, 2, 3]
+
+
+def test_refine_resumes_from_python_and_from_the_cli(tmp_path):
+    class Expect:
+        name, subjective = "expect", False
+
+        def run(self, candidate, context):
+            ok = candidate.strip() == "good"
+            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, "wanted good", score=0.0)
+
+    path = tmp_path / "trace.db"
+
+    def interrupt(event, data):
+        if event == "step" and data.kind == "checkpoint":
+            raise KeyboardInterrupt
+
+    lesson = {"failure_step": "1", "observed_mismatch": "wanted good", "root_cause": "r", "correction": "write good"}
+    with pytest.raises(RunInterrupted) as stopped:
+        refine("t", [Expect()], session=Session(model=ScriptedModel(["```\nbad\n```", lesson]), store=SQLiteStore(path),
+                                               observer=interrupt))
+    record = SQLiteStore(path).get_run(stopped.value.run_id)
+    assert record.status == "interrupted" and record.stop_reason == "INTERRUPTED"
+    resumed = ScriptedModel(["```\ngood\n```"])
+    result = refine("t", [Expect()], resume=stopped.value.run_id, session=Session(model=resumed, store=SQLiteStore(path)))
+    assert result.passed and result.iterations == 2 and "write good" in resumed.prompts[0][-1]["content"]
+
+
+def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
+    trace = tmp_path / "trace.db"
+    store = SQLiteStore(trace)
+    from reflexa.runtime import Run
+
+    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=store,
+              meta={"bound": 3, "context": "latest", "cli": {"tests": str(tmp_path / "test_solution.py"), "check": None,
+                                                              "out": None, "judge": False, "timeout": 10.0,
+                                                              "cwd": str(tmp_path)}})
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
+    result = runner.invoke(app, ["resume", run.run_id[:10], "--model", f"scripted:{replies}", "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    assert "stop: PASSED" in result.output
+
+
+def test_resume_hint_for_python_runs_is_valid(tmp_path):
+    from reflexa.runtime import Run
+
+    store = SQLiteStore(tmp_path / "t.db")
+    run = Run("trials", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=store)
+    result = runner.invoke(app, ["resume", run.run_id[:8], "--trace", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and f"trials(..., resume='{run.run_id[:12]}')" in result.output
+
+
+def test_every_step_kind_round_trips_and_has_a_renderer():
+    import reflexa.cli.render  # noqa: F401 - registers nothing, but imports every loop's payloads
+
+    assert set(RENDERERS) == set(PAYLOADS.values())
+    store = MemoryStore()
+    model = ScriptedModel(["```\nbad\n```", {"failure_step": "1", "observed_mismatch": "wanted good",
+                                             "root_cause": "r", "correction": "c"}, "```\ngood\n```"])
+
+    class Expect:
+        name, subjective = "expect", False
+
+        def run(self, candidate, context):
+            ok = candidate.strip() == "good"
+            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, "wanted good", score=0.5)
+
+    result = refine("t", [Expect()], session=Session(model=model, store=store))
+    for step in store.steps(result.run_id):
+        data = step.payload()
+        assert data is not None, step.kind
+        assert type(data).from_dict(data.to_dict()) == data
+
+
+def test_an_interrupted_run_is_never_left_running(tmp_path):
+    @tool
+    def boom() -> str:
+        """Fails in a way no tool should."""
+        return "ok"
+
+    def crash(event, data):
+        if event == "step" and data.kind == "react":
+            raise RuntimeError("a bug in an observer")
+
+    store = SQLiteStore(tmp_path / "t.db")
+    with pytest.raises(RuntimeError):
+        react("q", [boom], session=Session(model=ScriptedModel([act("boom")]), store=store, observer=crash))
+    record = store.runs()[0]
+    assert record.status == "finished" and record.stop_reason == "ERROR"
+    assert "RuntimeError" in record.result["error"]
+
+
+def test_a_judge_alone_never_passes():
+    from reflexa import LLMJudge
+
+    model = ScriptedModel(["```\nanything\n```", {"status": "PASS", "reason": "looks fine"}])
+    result = refine("t", [LLMJudge()], session=Session(model=model))
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and not result.passed
+
+
+def test_trials_share_one_budget():
+    from reflexa import Budget, trials
+
+    class Never:
+        name, subjective = "never", False
+
+        def run(self, candidate, context):
+            return Signal("never", False, ErrorCode.TEST_FAILED, "no", score=0.0)
+
+    inner = ScriptedModel(["```\nx\n```"] * 10)
+    outer = ScriptedModel([{"failure_step": "1", "observed_mismatch": "no", "root_cause": "r", "correction": "c"}] * 5)
+    result = trials("t", lambda lessons, budget: refine("t", [Never()], lessons=lessons, budget=budget, max_attempts=1,
+                                                        session=Session(model=inner)),
+                    session=Session(model=outer), max_trials=5, budget=Budget(max_calls=3))
+    assert result.total_usage.calls <= 4  # overshoot of at most one call
+    assert result.stop_reason is StopReason.BUDGET_CALLS
+
+
+def test_evidence_urls_and_title_urls_never_reach_the_output():
+    class Hostile:
+        name = "hostile"
+
+        def search(self, query, k):
+            return [Evidence("e1", "https://good.example/page", "Tower http://evil.example/title",
+                             "The tower is 330 metres tall. Sources: http://evil.example/body")]
+
+    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                           draft("It is 330 metres tall [1]. Sources: http://evil.example/body")])
+    result = research("How tall is the Eiffel Tower?", Hostile(), session=Session(model=model))
+    assert "evil.example" not in result.output and "https://good.example/page" in result.output
