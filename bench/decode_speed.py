@@ -17,8 +17,13 @@ from llama_cpp import Llama
 
 from reflexa.models.local import LocalModel, default_weights
 
-PROMPT = [{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome, "
-           "then explain how it works step by step."}]
+PROMPT = [
+    {
+        "role": "user",
+        "content": "Write a Python function that checks whether a string is a palindrome, "
+        "then explain how it works step by step.",
+    }
+]
 
 
 def main() -> None:
@@ -39,8 +44,10 @@ def main() -> None:
         completion = seam.complete(PROMPT, max_tokens=args.max_tokens, temperature=0.0)
         seam_rates.append(completion.usage.output_tokens / (time.perf_counter() - started))
     raw_med, seam_med = statistics.median(raw_rates), statistics.median(seam_rates)
-    print(f"raw llama-cpp-python : {raw_med:7.1f} tok/s (median of {args.rounds}; "
-          f"{out['usage']['completion_tokens']} tokens a round)")
+    print(
+        f"raw llama-cpp-python : {raw_med:7.1f} tok/s (median of {args.rounds}; "
+        f"{out['usage']['completion_tokens']} tokens a round)"
+    )
     print(f"reflexa LocalModel   : {seam_med:7.1f} tok/s")
     print(f"ratio seam/raw       : {seam_med / raw_med:7.3f}  (target >= 0.9)")
 

@@ -24,12 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reflexa import (Budget, ExperienceLibrary, MemoryStore, Result, Session, Tool, ToolError, ToolRegistry, react,
-                     resolve_model, sql_tools)
-from reflexa.tools import ToolSession
+from reflexa import (
+    Budget,
+    ExperienceLibrary,
+    MemoryStore,
+    Result,
+    Session,
+    Tool,
+    ToolError,
+    ToolRegistry,
+    react,
+    resolve_model,
+    sql_tools,
+)
 from reflexa.loops import react_prompts as prompts
 from reflexa.reflect.reflector import Reflection
 from reflexa.runtime import Run
+from reflexa.tools import ToolSession
 from reflexa.types import ErrorCode, Role
 
 QUESTIONS = [
@@ -37,13 +48,17 @@ QUESTIONS = [
     ("How many customers live in Lisbon?", "SELECT count(*) FROM customers WHERE city = 'Lisbon'"),
     ("What is the price of the tent?", "SELECT price FROM products WHERE name = 'tent'"),
     ("How many refunds were issued?", "SELECT count(*) FROM refunds"),
-    ("Which city has the most customers?",
-     "SELECT city FROM customers GROUP BY city ORDER BY count(*) DESC, city LIMIT 1"),
+    (
+        "Which city has the most customers?",
+        "SELECT city FROM customers GROUP BY city ORDER BY count(*) DESC, city LIMIT 1",
+    ),
     ("How many orders were cancelled?", "SELECT count(*) FROM orders WHERE status = 'cancelled'"),
     ("What is the most expensive product?", "SELECT name FROM products ORDER BY price DESC LIMIT 1"),
-    ("Which customer placed the most orders?",
-     "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id "
-     "ORDER BY count(*) DESC, c.name LIMIT 1"),
+    (
+        "Which customer placed the most orders?",
+        "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id "
+        "ORDER BY count(*) DESC, c.name LIMIT 1",
+    ),
 ]
 FAULTS = ["none", "flaky", "slow", "verbose"]
 STRATEGIES = ("none", "every-step", "reflexa", "reflexa-pass2")
@@ -57,7 +72,9 @@ class Task:
 
 
 def load_shop(path: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("make_shop", Path(__file__).parent.parent / "examples/shop/make_shop.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_shop", Path(__file__).parent.parent / "examples/shop/make_shop.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module.build(path)
@@ -75,6 +92,7 @@ def faulty_tools(db: Path, fault: str) -> list[Tool]:
     calls = {"n": 0}
     wrapped = []
     for original in sql_tools(db):
+
         def function(*args: Any, _fn=original.function, **kwargs: Any) -> Any:
             calls["n"] += 1
             if fault == "flaky" and calls["n"] <= 2:
@@ -84,8 +102,15 @@ def faulty_tools(db: Path, fault: str) -> list[Tool]:
             out = _fn(*args, **kwargs)
             return ("-- diagnostics: " + "x" * 3000 + "\n" + out) if fault == "verbose" else out
 
-        wrapped.append(Tool(original.name, original.description, function, original.args_model,
-                            timeout=1.0 if fault == "slow" else original.timeout))
+        wrapped.append(
+            Tool(
+                original.name,
+                original.description,
+                function,
+                original.args_model,
+                timeout=1.0 if fault == "slow" else original.timeout,
+            )
+        )
     return wrapped
 
 
@@ -107,10 +132,17 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
     lessons: list[str] = []
     answer, error_since, recoveries = None, None, []
     for step in range(1, steps + 1):
-        user = f"Goal: {goal}\n\nSteps so far:\n" + "\n".join(history) + (
-            "\n\nReflections:\n" + "\n".join(lessons) if lessons else "")
-        reply = run.call(Role.GENERATOR, [{"role": "system", "content": prompts.SYSTEM + registry.describe()},
-                                          {"role": "user", "content": user}], schema=schema, max_tokens=256)
+        user = (
+            f"Goal: {goal}\n\nSteps so far:\n"
+            + "\n".join(history)
+            + ("\n\nReflections:\n" + "\n".join(lessons) if lessons else "")
+        )
+        reply = run.call(
+            Role.GENERATOR,
+            [{"role": "system", "content": prompts.SYSTEM + registry.describe()}, {"role": "user", "content": user}],
+            schema=schema,
+            max_tokens=256,
+        )
         if reply is None or reply.value is None:
             history.append(f"{step}. invalid reply")
             continue
@@ -126,14 +158,28 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
             recoveries.append(step - error_since)
             error_since = None
         if reflect:
-            critique = run.call(Role.REFLECTOR, [{"role": "user", "content": user + "\n" + history[-1] +
-                                                   "\n\nReflect on the last step as JSON: failure_step, "
-                                                   "observed_mismatch, root_cause, correction."}],
-                                schema=Reflection, max_tokens=256, reask=False)
+            critique = run.call(
+                Role.REFLECTOR,
+                [
+                    {
+                        "role": "user",
+                        "content": user + "\n" + history[-1] + "\n\nReflect on the last step as JSON: failure_step, "
+                        "observed_mismatch, root_cause, correction.",
+                    }
+                ],
+                schema=Reflection,
+                max_tokens=256,
+                reask=False,
+            )
             if critique is not None and critique.value is not None:
                 lessons.append(f"- {critique.value.correction}")
-    result = run.finish(run.budget_stop or __import__("reflexa").StopReason.MAX_ITERATIONS, output=answer,
-                        best=answer, verdict=None, iterations=step)
+    result = run.finish(
+        run.budget_stop or __import__("reflexa").StopReason.MAX_ITERATIONS,
+        output=answer,
+        best=answer,
+        verdict=None,
+        iterations=step,
+    )
     return result, recoveries
 
 
@@ -178,14 +224,25 @@ def main() -> None:
                     result = react(task.question, registry, session=session, max_steps=args.steps)
                     recoveries = result.counters["recovery_steps"]
                 else:
-                    result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step",
-                                                  steps=args.steps)
+                    result, recoveries = baseline(
+                        task.question, registry, model, reflect=name == "every-step", steps=args.steps
+                    )
                 usage = result.total_usage
-                rows.append({"question": task.question, "fault": task.fault, "answer": result.output,
-                             "expected": task.answer, "success": correct(result.output, task.answer),
-                             "stop": result.stop_reason.value, "tokens": usage.total_tokens, "calls": usage.calls,
-                             "reflector_calls": result.usage.get("reflector").calls if "reflector" in result.usage else 0,
-                             "recoveries": recoveries, "counters": result.counters})
+                rows.append(
+                    {
+                        "question": task.question,
+                        "fault": task.fault,
+                        "answer": result.output,
+                        "expected": task.answer,
+                        "success": correct(result.output, task.answer),
+                        "stop": result.stop_reason.value,
+                        "tokens": usage.total_tokens,
+                        "calls": usage.calls,
+                        "reflector_calls": result.usage.get("reflector").calls if "reflector" in result.usage else 0,
+                        "recoveries": recoveries,
+                        "counters": result.counters,
+                    }
+                )
             summary = summarise(rows)
             if name.startswith("reflexa"):
                 hits = sum(r["counters"]["experience_hits"] for r in rows)
@@ -193,11 +250,13 @@ def main() -> None:
                 summary["experience_hit_rate"] = hits / (hits + misses) if hits + misses else None
                 summary["rule_repairs"] = sum(r["counters"]["rule_repairs"] for r in rows)
             report["strategies"][name] = {**summary, "rows": rows}
-            print(f"{name:14s} success {summary['success_rate']:.0%}  tokens/task {summary['tokens_per_task']:6.0f}  "
-                  f"calls/task {summary['calls_per_task']:.2f}  reflector calls {summary['reflector_calls']:3d}  "
-                  f"recovered {summary['errors_recovered']} (mean {summary['mean_steps_error_to_recovery']} steps)"
-                  + (f"  experience hit rate {summary['experience_hit_rate']}" if name.startswith("reflexa") else ""),
-                  flush=True)
+            print(
+                f"{name:14s} success {summary['success_rate']:.0%}  tokens/task {summary['tokens_per_task']:6.0f}  "
+                f"calls/task {summary['calls_per_task']:.2f}  reflector calls {summary['reflector_calls']:3d}  "
+                f"recovered {summary['errors_recovered']} (mean {summary['mean_steps_error_to_recovery']} steps)"
+                + (f"  experience hit rate {summary['experience_hit_rate']}" if name.startswith("reflexa") else ""),
+                flush=True,
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str))
     print(f"written to {args.out}")

@@ -62,8 +62,13 @@ def em_f1_contains(prediction: str, gold: str) -> tuple[float, float, float]:
 
 def sentence_corpus(row: dict[str, Any]) -> LocalCorpus:
     corpus = LocalCorpus(":memory:")
-    corpus.add_passages([(title, sentence, title, i) for title, sentences in
-                         zip(row["context"]["title"], row["context"]["sentences"]) for i, sentence in enumerate(sentences)])
+    corpus.add_passages(
+        [
+            (title, sentence, title, i)
+            for title, sentences in zip(row["context"]["title"], row["context"]["sentences"])
+            for i, sentence in enumerate(sentences)
+        ]
+    )
     return corpus
 
 
@@ -71,8 +76,9 @@ def citation_scores(evidence: list[dict[str, Any]], answer: str, row: dict[str, 
     """(correct cited, cited, supporting facts)."""
     by_number = {e["n"]: e for e in evidence}
     gold = set(zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"]))
-    cited_facts = {(by_number[n]["title"], int(by_number[n]["source"].rsplit("#", 1)[1])) for n in cited(answer)
-                   if n in by_number}
+    cited_facts = {
+        (by_number[n]["title"], int(by_number[n]["source"].rsplit("#", 1)[1])) for n in cited(answer) if n in by_number
+    }
     return len(cited_facts & gold), len(cited_facts), len(gold)
 
 
@@ -83,11 +89,14 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
     if draft is None or draft.value is None:
         return "", [], run.finish(StopReason.ERROR, output=None, best=None, verdict=None, iterations=0)
     words = set(prompts.content_words(question))
-    paragraphs = sorted(zip(row["context"]["title"], row["context"]["sentences"]),
-                        key=lambda p: -len(words & prompts.content_words(" ".join(p[1]))))[:3]
+    paragraphs = sorted(
+        zip(row["context"]["title"], row["context"]["sentences"]),
+        key=lambda p: -len(words & prompts.content_words(" ".join(p[1]))),
+    )[:3]
     evidence = [(n, Evidence(f"{t}#0", f"{t}#0", t, " ".join(s))) for n, (t, s) in enumerate(paragraphs, 1)]
-    revised = run.call(Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision,
-                       max_tokens=700)
+    revised = run.call(
+        Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision, max_tokens=700
+    )
     answer = revised.value.answer if revised is not None and revised.value is not None else draft.value.answer
     result = run.finish(StopReason.PASSED, output=answer, best=answer, verdict=None, iterations=1)
     # A whole paragraph cited counts as its first sentence: the baseline cannot point any finer.
@@ -98,11 +107,16 @@ STRATEGIES = ("no-research", "every-time", "reflexa")
 
 
 def summarise(totals: Counter, n: int) -> dict[str, Any]:
-    return {"questions_done": n, "exact_match": totals["em"] / n, "f1": totals["f1"] / n,
-            "answer_contained": totals["contains"] / n,
-            "citation_precision": totals["good"] / totals["cited"] if totals["cited"] else None,
-            "citation_recall": totals["good"] / totals["gold"] if totals["gold"] else None,
-            "tokens_per_question": totals["tokens"] / n, "calls_per_question": totals["calls"] / n}
+    return {
+        "questions_done": n,
+        "exact_match": totals["em"] / n,
+        "f1": totals["f1"] / n,
+        "answer_contained": totals["contains"] / n,
+        "citation_precision": totals["good"] / totals["cited"] if totals["cited"] else None,
+        "citation_recall": totals["good"] / totals["gold"] if totals["gold"] else None,
+        "tokens_per_question": totals["tokens"] / n,
+        "calls_per_question": totals["calls"] / n,
+    }
 
 
 def main() -> None:
@@ -127,22 +141,39 @@ def main() -> None:
             if name == "every-time":
                 answer, evidence, result = every_time(row["question"], row, model)
             else:
-                result = research(row["question"], sentence_corpus(row), session=Session(model=model),
-                                  max_rounds=0 if name == "no-research" else 2)
+                result = research(
+                    row["question"],
+                    sentence_corpus(row),
+                    session=Session(model=model),
+                    max_rounds=0 if name == "no-research" else 2,
+                )
                 answer, evidence = answer_only(result.output or ""), result.details.get("evidence", [])
             exact, f1, contains = em_f1_contains(answer, row["answer"])
             good, made, gold = citation_scores(evidence, answer, row)
             usage = result.total_usage
-            totals.update({"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
-                           "tokens": usage.total_tokens, "calls": usage.calls})
+            totals.update(
+                {
+                    "em": exact,
+                    "f1": f1,
+                    "contains": contains,
+                    "good": good,
+                    "cited": made,
+                    "gold": gold,
+                    "tokens": usage.total_tokens,
+                    "calls": usage.calls,
+                }
+            )
             print(f"  {name} {i}/{len(rows)} stop={result.stop_reason.value} f1={f1:.2f}", file=sys.stderr, flush=True)
             # Written after every question, so a long run that is stopped keeps what it measured.
             report["strategies"][name] = summary = summarise(totals, i)
             args.out.write_text(json.dumps(report, indent=2))
-        print(f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
-              f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R "
-              f"{summary['citation_recall']}  tokens/q {summary['tokens_per_question']:.0f}  "
-              f"calls/q {summary['calls_per_question']:.2f}", flush=True)
+        print(
+            f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
+            f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R "
+            f"{summary['citation_recall']}  tokens/q {summary['tokens_per_question']:.0f}  "
+            f"calls/q {summary['calls_per_question']:.2f}",
+            flush=True,
+        )
     print(f"written to {args.out}")
 
 

@@ -23,7 +23,7 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
-from reflexa import CheckContext, Governor, Session, MemoryStore, PythonScriptCheck, refine, resolve_model
+from reflexa import CheckContext, Governor, MemoryStore, PythonScriptCheck, Session, refine, resolve_model
 from reflexa.types import Signal
 
 STRATEGIES = {
@@ -86,12 +86,26 @@ def main() -> None:
         for problem in problems:
             governed_run = name.startswith("governor")
             session = Session(model=model, store=MemoryStore(), governor=governor if governed_run else None)
-            result = refine(task_text(problem), [HumanEvalCheck(problem)], session=session, max_tokens=args.max_tokens,
-                            family="humaneval", **STRATEGIES[name])
+            result = refine(
+                task_text(problem),
+                [HumanEvalCheck(problem)],
+                session=session,
+                max_tokens=args.max_tokens,
+                family="humaneval",
+                **STRATEGIES[name],
+            )
             total = result.total_usage
-            rows.append({"task_id": problem["task_id"], "passed": result.passed, "stop": result.stop_reason.value,
-                         "tokens": total.total_tokens, "calls": total.calls, "iterations": result.iterations,
-                         "governor": result.notes[0] if result.notes else None})
+            rows.append(
+                {
+                    "task_id": problem["task_id"],
+                    "passed": result.passed,
+                    "stop": result.stop_reason.value,
+                    "tokens": total.total_tokens,
+                    "calls": total.calls,
+                    "iterations": result.iterations,
+                    "governor": result.notes[0] if result.notes else None,
+                }
+            )
         solved = sum(r["passed"] for r in rows)
         tokens = sum(r["tokens"] for r in rows)
         report["strategies"][name] = {
@@ -105,11 +119,18 @@ def main() -> None:
             "rows": rows,
         }
         if name.startswith("governor"):
-            report["strategies"][name]["governor_cut"] = sum(bool(r["governor"]) and "cut" in r["governor"] for r in rows)
-            report["strategies"][name]["governor_probes"] = sum(bool(r["governor"]) and "probe" in r["governor"] for r in rows)
-        print(f"{name:15s} solved {solved}/{len(rows)}  tokens/problem {tokens / len(rows):7.0f}  "
-              f"calls/problem {report['strategies'][name]['calls_per_problem']:.2f}  "
-              f"tokens/solved {tokens / solved if solved else float('nan'):8.0f}", flush=True)
+            report["strategies"][name]["governor_cut"] = sum(
+                bool(r["governor"]) and "cut" in r["governor"] for r in rows
+            )
+            report["strategies"][name]["governor_probes"] = sum(
+                bool(r["governor"]) and "probe" in r["governor"] for r in rows
+            )
+        print(
+            f"{name:15s} solved {solved}/{len(rows)}  tokens/problem {tokens / len(rows):7.0f}  "
+            f"calls/problem {report['strategies'][name]['calls_per_problem']:.2f}  "
+            f"tokens/solved {tokens / solved if solved else float('nan'):8.0f}",
+            flush=True,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"written to {args.out}")

@@ -37,8 +37,9 @@ class NeverPasses:
 
     def __init__(self, iterations: int) -> None:
         rng = random.Random(1)
-        self.signals = iter([Signal("bench", False, ErrorCode.TEST_FAILED, f"miss {word(rng)}", score=0.5)
-                             for _ in range(iterations)])
+        self.signals = iter(
+            [Signal("bench", False, ErrorCode.TEST_FAILED, f"miss {word(rng)}", score=0.5) for _ in range(iterations)]
+        )
 
     def run(self, candidate: str, context: object) -> Signal:
         return next(self.signals)
@@ -50,14 +51,27 @@ def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
     for _ in range(iterations):
         replies.append(f"Plan: go\n```\n{word(rng)}\n```")
         if explain:
-            replies.append({"failure_step": "attempt", "observed_mismatch": f"miss {word(rng)}",
-                            "root_cause": word(rng), "correction": word(rng)})
+            replies.append(
+                {
+                    "failure_step": "attempt",
+                    "observed_mismatch": f"miss {word(rng)}",
+                    "root_cause": word(rng),
+                    "correction": word(rng),
+                }
+            )
     model = ScriptedModel(replies)
     with tempfile.TemporaryDirectory() as tmp:
         store = {"sqlite": lambda: SQLiteStore(Path(tmp) / "b.db"), "memory": MemoryStore}[store_kind]()
         check = NeverPasses(iterations)
         started = time.perf_counter()
-        result = refine('bench task', [check], explain=explain, budget=Budget(max_reflections=iterations if explain else 0), session=Session(model=model, store=store), max_attempts=iterations)
+        result = refine(
+            "bench task",
+            [check],
+            explain=explain,
+            budget=Budget(max_reflections=iterations if explain else 0),
+            session=Session(model=model, store=store),
+            max_attempts=iterations,
+        )
         elapsed = time.perf_counter() - started
     assert result.iterations == iterations, result.stop_reason
     return elapsed / iterations * 1e6
@@ -79,8 +93,16 @@ def time_reference(iterations: int, steps_per_iteration: int) -> float:
 def import_ms(repeats: int) -> float:
     times = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import reflexa; "
-                              "print((time.perf_counter() - t) * 1000)"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import time; t = time.perf_counter(); import reflexa; print((time.perf_counter() - t) * 1000)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         times.append(float(out.stdout))
     return statistics.median(times)
 
@@ -95,13 +117,19 @@ def main() -> None:
         for explain in (False, True):
             runs = [time_refine(args.iterations, store, explain) for _ in range(args.repeats)]
             rows.append((f"refine, {store} store, explain={explain}", statistics.median(runs)))
-    rows.append(("reference (FACTS.md): bare loop, one FULL-synced commit per step", statistics.median(
-        time_reference(args.iterations, 1) for _ in range(args.repeats))))
+    rows.append(
+        (
+            "reference (FACTS.md): bare loop, one FULL-synced commit per step",
+            statistics.median(time_reference(args.iterations, 1) for _ in range(args.repeats)),
+        )
+    )
     print(f"{'case':60s} {'µs/iteration':>14s}")
     for name, micros in rows:
         print(f"{name:60s} {micros:14.0f}")
-    print(f"{'import reflexa (median of ' + str(args.repeats * 2) + ' fresh processes), ms':60s} "
-          f"{import_ms(args.repeats * 2):14.1f}")
+    print(
+        f"{'import reflexa (median of ' + str(args.repeats * 2) + ' fresh processes), ms':60s} "
+        f"{import_ms(args.repeats * 2):14.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,12 @@ def main() -> None:
         corpus = LocalCorpus(Path(tmp) / "corpus.sqlite")
         started = time.perf_counter()
         for batch in range(0, args.passages, 10_000):
-            corpus.add_passages([(f"doc {i // 20}", " ".join(sentence(rng) for _ in range(3)), f"doc{i // 20}.md", i % 20)
-                                 for i in range(batch, min(batch + 10_000, args.passages))])
+            corpus.add_passages(
+                [
+                    (f"doc {i // 20}", " ".join(sentence(rng) for _ in range(3)), f"doc{i // 20}.md", i % 20)
+                    for i in range(batch, min(batch + 10_000, args.passages))
+                ]
+            )
         build = time.perf_counter() - started
         queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 6))) for _ in range(args.queries)]
         corpus.search(queries[0], 5)  # warm the page cache
@@ -58,10 +62,14 @@ def main() -> None:
             assert cache.get("local", query) is not None
             hits.append((time.perf_counter() - started) * 1000)
     print(f"corpus: {args.passages} passages, built in {build:.1f} s")
-    print(f"query latency over {len(queries)} queries: p50 {statistics.median(latencies):.2f} ms, "
-          f"p99 {percentile(latencies, 0.99):.2f} ms (target p50 <= 5 ms)")
-    print(f"cache hit latency over {len(hits)} hits: p50 {statistics.median(hits):.3f} ms, "
-          f"p99 {percentile(hits, 0.99):.3f} ms (target <= 1 ms)")
+    print(
+        f"query latency over {len(queries)} queries: p50 {statistics.median(latencies):.2f} ms, "
+        f"p99 {percentile(latencies, 0.99):.2f} ms (target p50 <= 5 ms)"
+    )
+    print(
+        f"cache hit latency over {len(hits)} hits: p50 {statistics.median(hits):.3f} ms, "
+        f"p99 {percentile(hits, 0.99):.3f} ms (target <= 1 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,11 +21,15 @@ def test_loop_overhead_script():
 
 def test_faults_script(tmp_path):
     replies = tmp_path / "r.json"
-    replies.write_text(json.dumps([{"action": {"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}}
-                                   for i in range(100)]))
+    replies.write_text(
+        json.dumps(
+            [{"action": {"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}} for i in range(100)]
+        )
+    )
     out_file = tmp_path / "faults.json"
-    out = run("bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2",
-              "--out", str(out_file))
+    out = run(
+        "bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2", "--out", str(out_file)
+    )
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
     assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
@@ -43,11 +47,24 @@ def test_hotpotqa_script(tmp_path):
         import pytest
 
         pytest.skip("shared HotpotQA data not beside the checkout")
-    draft = {"answer": "Unknown [1].", "reflection": {"missing": ["the director's birth year"], "superfluous": []},
-             "search_queries": ["director birth year"]}
+    draft = {
+        "answer": "Unknown [1].",
+        "reflection": {"missing": ["the director's birth year"], "superfluous": []},
+        "search_queries": ["director birth year"],
+    }
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps([draft] * 40))
     out_file = tmp_path / "h.json"
-    run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--data", str(data), "--out", str(out_file))
+    run(
+        "bench/hotpotqa.py",
+        "--model",
+        f"scripted:{replies}",
+        "--limit",
+        "2",
+        "--data",
+        str(data),
+        "--out",
+        str(out_file),
+    )
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}

@@ -4,8 +4,16 @@ from pathlib import Path
 import pytest
 
 from reflexa import ScriptedModel
-from reflexa.evaluate.checks import (CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
-                                     RegexCheck, pytest_score, run_checks)
+from reflexa.evaluate.checks import (
+    CheckContext,
+    CommandCheck,
+    JsonSchemaCheck,
+    LLMJudge,
+    PytestCheck,
+    RegexCheck,
+    pytest_score,
+    run_checks,
+)
 from reflexa.runtime import Run
 from reflexa.types import Budget, ErrorCode, Status
 
@@ -42,8 +50,11 @@ def test_pytest_score_reads_the_closing_line():
 
 def test_command_check_runs_in_a_scratch_copy(tmp_path, monkeypatch):
     (tmp_path / "data.txt").write_text("hello")
-    check = CommandCheck(f"{sys.executable} answer.py > result.txt && grep -q hello data.txt && cat result.txt",
-                         out="answer.py", workdir=tmp_path)
+    check = CommandCheck(
+        f"{sys.executable} answer.py > result.txt && grep -q hello data.txt && cat result.txt",
+        out="answer.py",
+        workdir=tmp_path,
+    )
     assert check.run("print('hi')", CheckContext()).ok
     failing = check.run("raise SystemExit(3)", CheckContext())
     assert not failing.ok and failing.code is ErrorCode.COMMAND_FAILED and "exited" in failing.message
@@ -69,8 +80,9 @@ def test_empty_candidate_skips_the_checks():
     assert verdict.status is Status.FAIL and verdict.signals[0].code is ErrorCode.EMPTY
 
 
-@pytest.mark.parametrize("status,expected", [(" pass ", Status.PASS), ("needs improvement", Status.NEEDS_IMPROVEMENT),
-                                             ("Fail", Status.FAIL)])
+@pytest.mark.parametrize(
+    "status,expected", [(" pass ", Status.PASS), ("needs improvement", Status.NEEDS_IMPROVEMENT), ("Fail", Status.FAIL)]
+)
 def test_llm_judge_is_subjective_and_parses_status_blindly(status, expected):
     model = ScriptedModel([{"status": status, "reason": "because"}])
     run = Run("test", "task", model, budget=Budget())

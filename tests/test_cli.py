@@ -10,10 +10,16 @@ from reflexa.cli.app import app
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
 WRONG = "Plan: guess\n```python\ndef is_prime(n):\n    return n > 1\n```"
-RIGHT = ("Plan: trial division\n```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
-         "    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n```")
-LESSON = {"failure_step": "attempt 1", "observed_mismatch": "test_larger_numbers failed", "root_cause": "composites are called prime",
-          "correction": "try divisors up to sqrt(n)"}
+RIGHT = (
+    "Plan: trial division\n```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
+    "    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n```"
+)
+LESSON = {
+    "failure_step": "attempt 1",
+    "observed_mismatch": "test_larger_numbers failed",
+    "root_cause": "composites are called prime",
+    "correction": "try divisors up to sqrt(n)",
+}
 
 runner = CliRunner()
 
@@ -30,8 +36,9 @@ def invoke(*args: str):
 
 def test_refine_with_tests_shows_attempts_and_stores_the_run(tmp_path):
     spec = replies(tmp_path, WRONG, LESSON, RIGHT)
-    result = invoke("refine", "--task", str(EXAMPLE / "task.md"), "--tests", str(EXAMPLE / "test_solution.py"),
-                    "--model", spec)
+    result = invoke(
+        "refine", "--task", str(EXAMPLE / "task.md"), "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec
+    )
     assert result.exit_code == 0, result.output
     out = result.output
     assert "attempt 1" in out and "NEEDS_IMPROVEMENT" in out and "try divisors" in out
@@ -43,8 +50,16 @@ def test_refine_with_tests_shows_attempts_and_stores_the_run(tmp_path):
 
 def test_refine_json_output_and_show(tmp_path):
     spec = replies(tmp_path, RIGHT)
-    result = invoke("refine", "--task", "Write is_prime(n: int) -> bool", "--tests",
-                    str(EXAMPLE / "test_solution.py"), "--model", spec, "--json")
+    result = invoke(
+        "refine",
+        "--task",
+        "Write is_prime(n: int) -> bool",
+        "--tests",
+        str(EXAMPLE / "test_solution.py"),
+        "--model",
+        spec,
+        "--json",
+    )
     data = json.loads(result.output)
     assert data["stop_reason"] == "PASSED" and "is_prime" in data["best"]
     assert set(data) >= {"output", "best", "verdict", "stop_reason", "usage", "run_id"}
@@ -58,8 +73,17 @@ def test_refine_with_check_command_writes_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "test_solution.py").write_text((EXAMPLE / "test_solution.py").read_text())
     spec = replies(tmp_path, RIGHT)
-    result = invoke("refine", "--task", "Write is_prime(n: int) -> bool", "--check",
-                    f"{sys.executable} -m pytest -q -p no:cacheprovider", "--out", "solution.py", "--model", spec)
+    result = invoke(
+        "refine",
+        "--task",
+        "Write is_prime(n: int) -> bool",
+        "--check",
+        f"{sys.executable} -m pytest -q -p no:cacheprovider",
+        "--out",
+        "solution.py",
+        "--model",
+        spec,
+    )
     assert result.exit_code == 0, result.output
     assert "def is_prime" in (tmp_path / "solution.py").read_text()
 
@@ -100,8 +124,9 @@ def test_model_not_installed_gives_the_install_hint(monkeypatch):
 
 def test_unreachable_server_is_one_line_and_exit_1():
     # Port 9 on loopback: nothing listens there.
-    result = runner.invoke(app, ["refine", "--task", "t", "--judge", "--model", "openai:http://127.0.0.1:9/v1#m",
-                                 "--max-seconds", "30"])
+    result = runner.invoke(
+        app, ["refine", "--task", "t", "--judge", "--model", "openai:http://127.0.0.1:9/v1#m", "--max-seconds", "30"]
+    )
     assert result.exit_code == 1
     assert "cannot reach the model server" in result.output and "Traceback" not in result.output
 
@@ -136,12 +161,26 @@ def test_config_file_and_environment_choose_the_model(tmp_path, monkeypatch):
 def test_long_one_line_task_is_text(tmp_path):
     spec = replies(tmp_path, RIGHT)
     task = "Write is_prime(n: int) -> bool. " * 12
-    result = runner.invoke(app, ["refine", "--task", task, "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec])
+    result = runner.invoke(
+        app, ["refine", "--task", task, "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec]
+    )
     assert result.exit_code == 0, result.output
 
 
 def test_out_outside_the_directory_is_refused_for_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["refine", "--task", "t", "--check", "true", "--out", str(tmp_path / "x" / ".." / "s.py"),
-                                 "--model", "scripted:r.json"])
+    result = runner.invoke(
+        app,
+        [
+            "refine",
+            "--task",
+            "t",
+            "--check",
+            "true",
+            "--out",
+            str(tmp_path / "x" / ".." / "s.py"),
+            "--model",
+            "scripted:r.json",
+        ],
+    )
     assert result.exit_code == 2 and "--out must be a path inside" in result.output

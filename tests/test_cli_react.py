@@ -24,8 +24,12 @@ def replies(tmp_path, name, *items):
 
 
 def test_react_answers_from_the_database(tmp_path, shop):
-    spec = replies(tmp_path, "r.json", act("query", "count them", sql="SELECT count(*) FROM orders"),
-                   act("final_answer", "done", answer="400"))
+    spec = replies(
+        tmp_path,
+        "r.json",
+        act("query", "count them", sql="SELECT count(*) FROM orders"),
+        act("final_answer", "done", answer="400"),
+    )
     result = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--model", spec])
     assert result.exit_code == 4, result.output  # answered, but nothing checked the answer: not a pass
     assert "step 1" in result.output and "400" in result.output and "ANSWERED_UNVERIFIED" in result.output
@@ -35,22 +39,64 @@ def test_react_answers_from_the_database(tmp_path, shop):
 def test_react_validate_checks_the_answer_with_sql_or_a_command(tmp_path, shop):
     answer = [act("final_answer", "done", answer="400")]
     sql = "SELECT 1 FROM orders GROUP BY 1 HAVING count(*) = CAST(:answer AS INTEGER)"
-    passed = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate", sql,
-                                 "--model", replies(tmp_path, "a.json", *answer)])
+    passed = runner.invoke(
+        app,
+        [
+            "react",
+            "--db",
+            str(shop),
+            "How many orders?",
+            "--validate",
+            sql,
+            "--model",
+            replies(tmp_path, "a.json", *answer),
+        ],
+    )
     assert passed.exit_code == 0 and "stop: PASSED" in passed.output
     wrong = [act("final_answer", "guess", answer="12"), act("final_answer", "again", answer="13")]
-    failed = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate", sql, "--max-steps", "2",
-                                 "--max-reflections", "0", "--model", replies(tmp_path, "b.json", *wrong), "--json"])
+    failed = runner.invoke(
+        app,
+        [
+            "react",
+            "--db",
+            str(shop),
+            "How many orders?",
+            "--validate",
+            sql,
+            "--max-steps",
+            "2",
+            "--max-reflections",
+            "0",
+            "--model",
+            replies(tmp_path, "b.json", *wrong),
+            "--json",
+        ],
+    )
     data = json.loads(failed.output)
     assert failed.exit_code == 3 and data["stop_reason"] == "MAX_ITERATIONS" and data["best"] is None
-    command = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate",
-                                  'test "$REFLEXA_ANSWER" = 400', "--model", replies(tmp_path, "c.json", *answer)])
+    command = runner.invoke(
+        app,
+        [
+            "react",
+            "--db",
+            str(shop),
+            "How many orders?",
+            "--validate",
+            'test "$REFLEXA_ANSWER" = 400',
+            "--model",
+            replies(tmp_path, "c.json", *answer),
+        ],
+    )
     assert command.exit_code == 0, command.output
 
 
 def test_react_typo_is_repaired_and_experience_is_listed(tmp_path, shop):
-    spec = replies(tmp_path, "r.json", act("query", "who", sql="SELECT nme FROM customers WHERE id = 1"),
-                   act("final_answer", "done", answer="x"))
+    spec = replies(
+        tmp_path,
+        "r.json",
+        act("query", "who", sql="SELECT nme FROM customers WHERE id = 1"),
+        act("final_answer", "done", answer="x"),
+    )
     result = runner.invoke(app, ["react", "--db", str(shop), "Name of customer 1?", "--model", spec, "--json"])
     data = json.loads(result.output)
     assert data["counters"]["rule_repairs"] == 1 and data["total_usage"]["calls"] == 2
@@ -70,19 +116,36 @@ def test_resume_refuses_a_finished_run(tmp_path, shop):
     assert result.exit_code == 2 and "already finished" in result.output
 
 
-SLOW = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) "
-        "SELECT count(*) FROM c")
+SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) SELECT count(*) FROM c"
 
 
 def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
     trace = tmp_path / "trace.db"
-    first = replies(tmp_path, "first.json",
-                    act("execute", "record the refund", sql="INSERT INTO refunds VALUES (999, 1, 5.0, '2024-05-01')"),
-                    act("query", "a slow check", sql=SLOW))
+    first = replies(
+        tmp_path,
+        "first.json",
+        act("execute", "record the refund", sql="INSERT INTO refunds VALUES (999, 1, 5.0, '2024-05-01')"),
+        act("query", "a slow check", sql=SLOW),
+    )
     env = {**os.environ, "REFLEXA_TRACE": str(trace)}
-    proc = subprocess.Popen([sys.executable, "-m", "reflexa.cli", "react", "--db", str(shop), "--write",
-                             "Refund order 1", "--model", first], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reflexa.cli",
+            "react",
+            "--db",
+            str(shop),
+            "--write",
+            "Refund order 1",
+            "--model",
+            first,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -100,15 +163,26 @@ def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
     assert status == "running"
 
     # The resumed run goes on at step 2: the write of step 1 is not chosen, nor run, again.
-    second = replies(tmp_path, "second.json", act("query", "check it", sql="SELECT amount FROM refunds WHERE id = 999"),
-                     act("final_answer", "done", answer="refunded"))
-    result = subprocess.run([sys.executable, "-m", "reflexa.cli", "resume", run_id[:10], "--model", second],
-                            env=env, capture_output=True, text=True, timeout=120)
+    second = replies(
+        tmp_path,
+        "second.json",
+        act("query", "check it", sql="SELECT amount FROM refunds WHERE id = 999"),
+        act("final_answer", "done", answer="refunded"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "reflexa.cli", "resume", run_id[:10], "--model", second],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 4, result.stdout + result.stderr  # answered; no --validate, so unverified
     assert "step 2" in result.stdout and "step 1" not in result.stdout
     with sqlite3.connect(shop) as db:
         assert db.execute("SELECT count(*) FROM refunds WHERE id = 999").fetchone()[0] == 1
     with sqlite3.connect(trace) as db:
-        actions = [json.loads(r[0])["action"] for r in db.execute(
-            "SELECT output FROM steps WHERE kind = 'react' ORDER BY step_id")]
+        actions = [
+            json.loads(r[0])["action"]
+            for r in db.execute("SELECT output FROM steps WHERE kind = 'react' ORDER BY step_id")
+        ]
         assert sum("INSERT" in a for a in actions) == 1 and len(actions) == 3

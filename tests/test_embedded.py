@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from reflexa import Session, Budget, PytestCheck, SQLiteStore, StopReason, refine
+from reflexa import Budget, PytestCheck, Session, SQLiteStore, StopReason, refine
 from reflexa.models.local import load_llama
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
@@ -17,8 +17,10 @@ class Verdict(BaseModel):
 
 def test_model_loads_once_per_process(embedded):
     assert embedded.llama is embedded.llama
-    assert load_llama(embedded.path or __import__("reflexa.models.local").models.local.default_weights(),
-                      embedded.n_ctx) is embedded.llama
+    assert (
+        load_llama(embedded.path or __import__("reflexa.models.local").models.local.default_weights(), embedded.n_ctx)
+        is embedded.llama
+    )
 
 
 def test_plain_completion_reports_usage(embedded):
@@ -31,13 +33,21 @@ def test_plain_completion_reports_usage(embedded):
 def test_structured_reply_validates_against_the_schema(embedded):
     completion = embedded.complete(
         [{"role": "user", "content": "Is 7 prime? Reply with a status and a confidence from 0 to 10."}],
-        schema=Verdict, max_tokens=64)
+        schema=Verdict,
+        max_tokens=64,
+    )
     assert isinstance(completion.value, Verdict), completion.error
 
 
 def test_whole_refine_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
     store = SQLiteStore(tmp_path / "t.db")
-    result = refine((EXAMPLE / 'task.md').read_text(), [PytestCheck(EXAMPLE / 'test_solution.py')], max_tokens=256, session=Session(model=embedded, store=store), max_attempts=2)
+    result = refine(
+        (EXAMPLE / "task.md").read_text(),
+        [PytestCheck(EXAMPLE / "test_solution.py")],
+        max_tokens=256,
+        session=Session(model=embedded, store=store),
+        max_attempts=2,
+    )
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1
     assert store.get_run(result.run_id).stop_reason == result.stop_reason
@@ -48,7 +58,13 @@ def test_whole_react_run_on_the_shop_ends_with_a_valid_stop_reason(embedded, sho
 
     # No reflector calls: a grammar-constrained lesson costs tens of seconds on a busy two-core machine,
     # and the reflector path on this model is exercised by bench/faults.py and bench/humaneval.py.
-    result = react('How many orders are there?', sql_tools(shop), budget=Budget(max_reflections=0), session=Session(model=embedded), max_steps=2)
+    result = react(
+        "How many orders are there?",
+        sql_tools(shop),
+        budget=Budget(max_reflections=0),
+        session=Session(model=embedded),
+        max_steps=2,
+    )
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1
 
@@ -63,6 +79,6 @@ def test_whole_research_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
     shutil.copytree(Path(__file__).parent / "fixtures" / "docs", folder)
     corpus = LocalCorpus.for_folder(folder)
     corpus.index(folder)
-    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=embedded), max_rounds=1)
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=embedded), max_rounds=1)
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1

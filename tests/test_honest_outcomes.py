@@ -22,13 +22,22 @@ runner = CliRunner()
 
 
 def draft(answer, missing=(), queries=("placeholder query",)):
-    return {"answer": answer, "reflection": {"missing": list(missing), "superfluous": []},
-            "search_queries": list(queries)}
+    return {
+        "answer": answer,
+        "reflection": {"missing": list(missing), "superfluous": []},
+        "search_queries": list(queries),
+    }
 
 
 def act(tool_name, **args):
-    return {"action": {"thought": f"use {tool_name} {sorted(args.items())}", "tool": tool_name, "args": args,
-                       "confidence": 0.9}}
+    return {
+        "action": {
+            "thought": f"use {tool_name} {sorted(args.items())}",
+            "tool": tool_name,
+            "args": args,
+            "confidence": 0.9,
+        }
+    }
 
 
 @pytest.fixture()
@@ -47,15 +56,17 @@ def corpus_of(folder):
 def test_research_without_a_search_is_not_a_pass_through_the_cli(tmp_path, docs):
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps([draft("It is tall.", missing=["more information"])]))
-    result = runner.invoke(app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(docs),
-                                 "--model", f"scripted:{replies}"])
+    result = runner.invoke(
+        app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(docs), "--model", f"scripted:{replies}"]
+    )
     assert result.exit_code == 4, result.output
     assert "ANSWERED_UNVERIFIED" in result.output and "stop: PASSED" not in result.output
 
 
 def test_a_dangling_citation_with_no_evidence_is_removed_and_not_a_pass(docs):
-    model = ScriptedModel([draft("Paris is the capital [1].", missing=["more information"]),
-                           draft("Paris is the capital [1].")])
+    model = ScriptedModel(
+        [draft("Paris is the capital [1].", missing=["more information"]), draft("Paris is the capital [1].")]
+    )
     result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
     assert result.stop_reason is not StopReason.PASSED
     assert "[1]" not in result.output and "UNCERTAIN" in result.output
@@ -69,8 +80,12 @@ def test_failed_searches_and_no_search_are_never_both_claimed():
         def search(self, query, k):
             raise SearchError("network unreachable")
 
-    model = ScriptedModel([draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                           draft("Still unknown.", missing=["more information"])])
+    model = ScriptedModel(
+        [
+            draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+            draft("Still unknown.", missing=["more information"]),
+        ]
+    )
     result = research("How tall is the Eiffel Tower?", Offline(), session=Session(model=model))
     assert "Could not verify" in result.output
     assert "no new evidence was sought" not in result.output.lower()
@@ -78,17 +93,25 @@ def test_failed_searches_and_no_search_are_never_both_claimed():
 
 
 def test_research_goes_through_the_engine(docs):
-    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                           draft("It is 330 metres tall [1].")])
+    model = ScriptedModel(
+        [
+            draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+            draft("It is 330 metres tall [1]."),
+        ]
+    )
     result = research("How tall is the Eiffel Tower?", corpus_of(docs), session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert result.counters["gate_calls"] >= 2 and result.counters["rule_repairs"] == 1
 
 
 def test_citation_forms_other_than_n_fail_the_audit(docs):
-    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                           draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example)."),
-                           draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example).")])
+    model = ScriptedModel(
+        [
+            draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+            draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example)."),
+            draft("It is 330 metres tall [1, 99]. Built [ 99 ]. See [link](http://evil.example)."),
+        ]
+    )
     result = research("How tall is the Eiffel Tower?", corpus_of(docs), session=Session(model=model))
     assert "99" not in result.output and "evil.example" not in result.output
     assert result.stop_reason is not StopReason.PASSED
@@ -118,8 +141,14 @@ def test_a_registry_reused_across_runs_does_not_carry_blocks():
         return f"value of {key}"
 
     registry = ToolRegistry([lookup])
-    block = {"failure_step": "1", "observed_mismatch": "the backend refused the key", "root_cause": "bad tool",
-             "correction": "stop using lookup", "control": "block_tool", "control_tool": "lookup"}
+    block = {
+        "failure_step": "1",
+        "observed_mismatch": "the backend refused the key",
+        "root_cause": "bad tool",
+        "correction": "stop using lookup",
+        "control": "block_tool",
+        "control_tool": "lookup",
+    }
     first = ScriptedModel([act("lookup", key="bad"), block, act("lookup", key="x"), act("final_answer", answer="?")])
     react("find", registry, session=Session(model=first), max_steps=3)
     second = ScriptedModel([act("lookup", key="good"), act("final_answer", answer="value of good")])
@@ -136,9 +165,10 @@ def test_actions_that_differ_only_in_numbers_are_not_repeats():
         refunded.append(order_id)
         return f"refunded {order_id}"
 
-    model = ScriptedModel([{"action": {"thought": f"refund order {n}", "tool": "refund",
-                                       "args": {"order_id": n}}} for n in (1, 2, 3)]
-                          + [act("final_answer", answer="done")])
+    model = ScriptedModel(
+        [{"action": {"thought": f"refund order {n}", "tool": "refund", "args": {"order_id": n}}} for n in (1, 2, 3)]
+        + [act("final_answer", answer="done")]
+    )
     result = react("Refund orders 1, 2 and 3", [refund], validator=lambda a: None, session=Session(model=model))
     assert result.passed and refunded == [1, 2, 3]
 
@@ -159,12 +189,19 @@ def test_refine_resumes_from_python_and_from_the_cli(tmp_path):
 
     lesson = {"failure_step": "1", "observed_mismatch": "wanted good", "root_cause": "r", "correction": "write good"}
     with pytest.raises(RunInterrupted) as stopped:
-        refine("t", [Expect()], session=Session(model=ScriptedModel(["```\nbad\n```", lesson]), store=SQLiteStore(path),
-                                               observer=interrupt))
+        refine(
+            "t",
+            [Expect()],
+            session=Session(
+                model=ScriptedModel(["```\nbad\n```", lesson]), store=SQLiteStore(path), observer=interrupt
+            ),
+        )
     record = SQLiteStore(path).get_run(stopped.value.run_id)
     assert record.status == "interrupted" and record.stop_reason == "INTERRUPTED"
     resumed = ScriptedModel(["```\ngood\n```"])
-    result = refine("t", [Expect()], resume=stopped.value.run_id, session=Session(model=resumed, store=SQLiteStore(path)))
+    result = refine(
+        "t", [Expect()], resume=stopped.value.run_id, session=Session(model=resumed, store=SQLiteStore(path))
+    )
     assert result.passed and result.iterations == 2 and "write good" in resumed.prompts[0][-1]["content"]
 
 
@@ -175,10 +212,25 @@ def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
     store = SQLiteStore(trace)
     from reflexa.runtime import Run
 
-    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=store,
-              meta={"bound": 3, "context": "latest", "cli": {"tests": str(tmp_path / "test_solution.py"), "check": None,
-                                                              "out": None, "judge": False, "timeout": 10.0,
-                                                              "cwd": str(tmp_path)}})
+    run = Run(
+        "refine",
+        "Write f() returning 2",
+        ScriptedModel([]),
+        budget=__import__("reflexa").Budget(),
+        store=store,
+        meta={
+            "bound": 3,
+            "context": "latest",
+            "cli": {
+                "tests": str(tmp_path / "test_solution.py"),
+                "check": None,
+                "out": None,
+                "judge": False,
+                "timeout": 10.0,
+                "cwd": str(tmp_path),
+            },
+        },
+    )
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
     result = runner.invoke(app, ["resume", run.run_id[:10], "--model", f"scripted:{replies}", "--trace", str(trace)])
@@ -200,8 +252,13 @@ def test_every_step_kind_round_trips_and_has_a_renderer():
 
     assert set(RENDERERS) == set(PAYLOADS.values())
     store = MemoryStore()
-    model = ScriptedModel(["```\nbad\n```", {"failure_step": "1", "observed_mismatch": "wanted good",
-                                             "root_cause": "r", "correction": "c"}, "```\ngood\n```"])
+    model = ScriptedModel(
+        [
+            "```\nbad\n```",
+            {"failure_step": "1", "observed_mismatch": "wanted good", "root_cause": "r", "correction": "c"},
+            "```\ngood\n```",
+        ]
+    )
 
     class Expect:
         name, subjective = "expect", False
@@ -254,9 +311,15 @@ def test_trials_share_one_budget():
 
     inner = ScriptedModel(["```\nx\n```"] * 10)
     outer = ScriptedModel([{"failure_step": "1", "observed_mismatch": "no", "root_cause": "r", "correction": "c"}] * 5)
-    result = trials("t", lambda lessons, budget: refine("t", [Never()], lessons=lessons, budget=budget, max_attempts=1,
-                                                        session=Session(model=inner)),
-                    session=Session(model=outer), max_trials=5, budget=Budget(max_calls=3))
+    result = trials(
+        "t",
+        lambda lessons, budget: refine(
+            "t", [Never()], lessons=lessons, budget=budget, max_attempts=1, session=Session(model=inner)
+        ),
+        session=Session(model=outer),
+        max_trials=5,
+        budget=Budget(max_calls=3),
+    )
     assert result.total_usage.calls <= 4  # overshoot of at most one call
     assert result.stop_reason is StopReason.BUDGET_CALLS
 
@@ -266,10 +329,20 @@ def test_evidence_urls_and_title_urls_never_reach_the_output():
         name = "hostile"
 
         def search(self, query, k):
-            return [Evidence("e1", "https://good.example/page", "Tower http://evil.example/title",
-                             "The tower is 330 metres tall. Sources: http://evil.example/body")]
+            return [
+                Evidence(
+                    "e1",
+                    "https://good.example/page",
+                    "Tower http://evil.example/title",
+                    "The tower is 330 metres tall. Sources: http://evil.example/body",
+                )
+            ]
 
-    model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                           draft("It is 330 metres tall [1]. Sources: http://evil.example/body")])
+    model = ScriptedModel(
+        [
+            draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+            draft("It is 330 metres tall [1]. Sources: http://evil.example/body"),
+        ]
+    )
     result = research("How tall is the Eiffel Tower?", Hostile(), session=Session(model=model))
     assert "evil.example" not in result.output and "https://good.example/page" in result.output

@@ -38,7 +38,8 @@ def test_scripted_model_truncates_at_max_tokens():
 
 def test_truncated_structured_reply_says_so():
     completion = ScriptedModel(['{"status": "PASS", "reason": "' + "y" * 100 + '"}']).complete(
-        [{"role": "user", "content": "go"}], schema=Judgement, max_tokens=10)
+        [{"role": "user", "content": "go"}], schema=Judgement, max_tokens=10
+    )
     assert completion.value is None and "cut off" in completion.error
 
 
@@ -89,8 +90,11 @@ def recorded(name: str, seen: list[dict], status: int = 200) -> httpx.Client:
 def test_anthropic_structured_reply_comes_from_a_forced_tool_call():
     seen: list[dict] = []
     model = AnthropicModel("claude-sonnet-4-6", api_key="test", http_client=recorded("tool_use", seen))
-    completion = model.complete([{"role": "system", "content": "grade"}, {"role": "user", "content": "answer"}],
-                                schema=Judgement, max_tokens=100)
+    completion = model.complete(
+        [{"role": "system", "content": "grade"}, {"role": "user", "content": "answer"}],
+        schema=Judgement,
+        max_tokens=100,
+    )
     assert completion.value == Judgement(status="NEEDS_IMPROVEMENT", reason="misses negative numbers")
     assert completion.usage.input_tokens == 412 and completion.usage.output_tokens == 38
     request = seen[0]
@@ -107,8 +111,9 @@ def test_anthropic_text_reply_and_finish_reason():
 
 def test_anthropic_overload_after_retries_is_model_unavailable():
     seen: list[dict] = []
-    model = AnthropicModel("claude-sonnet-4-6", api_key="test", max_retries=1,
-                           http_client=recorded("overloaded", seen, status=529))
+    model = AnthropicModel(
+        "claude-sonnet-4-6", api_key="test", max_retries=1, http_client=recorded("overloaded", seen, status=529)
+    )
     with pytest.raises(ModelUnavailable):
         model.complete([{"role": "user", "content": "hi"}])
     assert len(seen) == 2  # one retry with backoff, then a typed error
@@ -117,7 +122,12 @@ def test_anthropic_overload_after_retries_is_model_unavailable():
 def test_grammar_schema_drops_only_long_length_caps():
     from reflexa.models.local import _grammar_schema
 
-    schema = {"properties": {"a": {"type": "string", "maxLength": 2000},
-                             "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}}
-    assert _grammar_schema(schema) == {"properties": {"a": {"type": "string"},
-                                                      "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}}
+    schema = {
+        "properties": {
+            "a": {"type": "string", "maxLength": 2000},
+            "b": {"type": "array", "items": {"type": "string", "maxLength": 300}},
+        }
+    }
+    assert _grammar_schema(schema) == {
+        "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}
+    }

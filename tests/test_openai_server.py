@@ -9,7 +9,7 @@ import httpx2 as httpx
 import pytest
 from pydantic import BaseModel
 
-from reflexa import Session, Budget, RegexCheck, StopReason, refine, resolve_model
+from reflexa import RegexCheck, Session, StopReason, refine, resolve_model
 from reflexa.models.local import default_weights
 
 pytestmark = pytest.mark.server
@@ -32,9 +32,24 @@ def server(embedded, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(default_weights()), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(default_weights()),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "2048",
+                "--n_threads",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 90
     try:
@@ -67,12 +82,19 @@ def test_plain_completion(server):
 
 def test_structured_completion_through_the_server(server):
     model = resolve_model(f"openai:{server}?profile=llamacpp#smollm2")
-    completion = model.complete([{"role": "user", "content": "What is the capital of France?"}],
-                                schema=Answer, max_tokens=64)
+    completion = model.complete(
+        [{"role": "user", "content": "What is the capital of France?"}], schema=Answer, max_tokens=64
+    )
     assert isinstance(completion.value, Answer), completion.error
 
 
 def test_refine_through_the_server(server):
     model = resolve_model(f"openai:{server}#smollm2")
-    result = refine('Write a Python function named add that returns a + b.', [RegexCheck('def add\\(')], max_tokens=128, session=Session(model=model), max_attempts=2)
+    result = refine(
+        "Write a Python function named add that returns a + b.",
+        [RegexCheck("def add\\(")],
+        max_tokens=128,
+        session=Session(model=model),
+        max_attempts=2,
+    )
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}

@@ -1,11 +1,10 @@
 import pytest
 
-from reflexa import Session, Budget, MemoryStore, ScriptedModel, StopReason
+from reflexa import Budget, MemoryStore, ScriptedModel, Session, StopReason
 from reflexa.loops import react, refine, trials
 from reflexa.reflect import ExperienceLibrary
 from reflexa.tools import ToolError, ToolRegistry, ToolSession, sql_tools, tool
 from reflexa.types import ErrorCode, Signal
-
 
 WORDS = iter(f"thought {a}{b}" for a in "abcdefghijklmnopqrstuvwxyz" for b in "abcdefghijklmnopqrstuvwxyz")
 
@@ -25,13 +24,18 @@ def accept(answer):
 
 
 def lesson(mismatch, correction="use another approach", **control):
-    return {"failure_step": "step 1", "observed_mismatch": mismatch, "root_cause": "the call was wrong",
-            "correction": correction, **control}
+    return {
+        "failure_step": "step 1",
+        "observed_mismatch": mismatch,
+        "root_cause": "the call was wrong",
+        "correction": correction,
+        **control,
+    }
 
 
 def test_clean_run_makes_no_reflection_call(shop):
     model = ScriptedModel([act("query", sql="SELECT count(*) AS n FROM orders"), final("400")])
-    result = react('How many orders?', sql_tools(shop), validator=accept, session=Session(model=model))
+    result = react("How many orders?", sql_tools(shop), validator=accept, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED and result.output == "400"
     assert model.calls == 2 and "reflector" not in result.usage
     assert result.counters["gate_signals"] == 0 and result.counters["gate_calls"] == 2
@@ -40,7 +44,7 @@ def test_clean_run_makes_no_reflection_call(shop):
 def test_wrong_column_is_repaired_by_rule_with_no_model_call(shop):
     model = ScriptedModel([act("query", sql="SELECT nme FROM customers WHERE id = 1"), final("done")])
     store = MemoryStore()
-    result = react('Name of customer 1?', sql_tools(shop), validator=accept, session=Session(model=model, store=store))
+    result = react("Name of customer 1?", sql_tools(shop), validator=accept, session=Session(model=model, store=store))
     assert result.passed and model.calls == 2
     assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 0
     assert result.counters["recovery_steps"] == [1]
@@ -50,20 +54,27 @@ def test_wrong_column_is_repaired_by_rule_with_no_model_call(shop):
 
 def test_final_answer_comes_from_structure_not_text(shop):
     model = ScriptedModel([act("query", thought="Final Answer: 3", sql="SELECT 3"), final("3")])
-    result = react('q', sql_tools(shop), validator=accept, session=Session(model=model))
+    result = react("q", sql_tools(shop), validator=accept, session=Session(model=model))
     assert result.iterations == 2
 
 
 def test_false_claim_fails_validation_and_is_reflected_on(shop):
-    model = ScriptedModel([final("refunded"), lesson("refunded", "check the refunds table first"), final("not refunded")])
-    result = react('Was order 1 refunded?', sql_tools(shop), validator=lambda answer: None if answer == 'not refunded' else 'no refund row for order 1', session=Session(model=model))
+    model = ScriptedModel(
+        [final("refunded"), lesson("refunded", "check the refunds table first"), final("not refunded")]
+    )
+    result = react(
+        "Was order 1 refunded?",
+        sql_tools(shop),
+        validator=lambda answer: None if answer == "not refunded" else "no refund row for order 1",
+        session=Session(model=model),
+    )
     assert result.passed and result.counters["reflector_calls"] == 1
     assert "check the refunds table first" in model.prompts[2][-1]["content"]
 
 
 def test_unrecoverable_permission_stops(shop):
     model = ScriptedModel([act("query", sql="DELETE FROM orders")])
-    result = react('Delete everything', sql_tools(shop), validator=accept, session=Session(model=model))
+    result = react("Delete everything", sql_tools(shop), validator=accept, session=Session(model=model))
     assert result.stop_reason is StopReason.UNRECOVERABLE and "permission" in result.error
     assert model.calls == 1
 
@@ -88,12 +99,18 @@ def test_experience_library_serves_a_second_run_without_the_reflector():
     store = MemoryStore()
     library = ExperienceLibrary(store)
     lookup, _ = flaky_tool(0)
-    first = ScriptedModel([act("lookup", key="bad"), lesson("backend refused key bad", "use key good"),
-                           act("lookup", key="good"), final("value of good")])
-    r1 = react('find it', [lookup], validator=accept, session=Session(model=first, store=store, experience=library))
+    first = ScriptedModel(
+        [
+            act("lookup", key="bad"),
+            lesson("backend refused key bad", "use key good"),
+            act("lookup", key="good"),
+            final("value of good"),
+        ]
+    )
+    r1 = react("find it", [lookup], validator=accept, session=Session(model=first, store=store, experience=library))
     assert r1.passed and r1.counters["reflector_calls"] == 1 and r1.counters["experience_misses"] == 1
     second = ScriptedModel([act("lookup", key="bad"), act("lookup", key="good"), final("value of good")])
-    r2 = react('find it', [lookup], validator=accept, session=Session(model=second, store=store, experience=library))
+    r2 = react("find it", [lookup], validator=accept, session=Session(model=second, store=store, experience=library))
     assert r2.passed and r2.counters["experience_hits"] == 1 and r2.counters["reflector_calls"] == 0
     assert "reflector" not in r2.usage
     assert "use key good" in second.prompts[1][-1]["content"]
@@ -111,16 +128,21 @@ def test_failing_repair_is_demoted():
 
 def test_same_error_after_reflection_stops_with_no_progress():
     lookup, _ = flaky_tool(10)
-    model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", "use key good"),
-                           act("lookup", key="b", thought="other")])
-    result = react('find it', [lookup], validator=accept, session=Session(model=model))
+    model = ScriptedModel(
+        [
+            act("lookup", key="a"),
+            lesson("backend refused key a", "use key good"),
+            act("lookup", key="b", thought="other"),
+        ]
+    )
+    result = react("find it", [lookup], validator=accept, session=Session(model=model))
     assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 3
 
 
 def test_correction_equal_to_the_failing_action_stops():
     lookup, _ = flaky_tool(10)
     model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", 'lookup({"key": "a"})')])
-    result = react('find it', [lookup], validator=accept, session=Session(model=model))
+    result = react("find it", [lookup], validator=accept, session=Session(model=model))
     assert result.stop_reason is StopReason.NO_PROGRESS
 
 
@@ -131,12 +153,24 @@ def test_blocked_tool_stays_blocked():
     def other() -> str:
         return "other value"
 
-    model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", "stop using lookup",
-                                                          control="block_tool", control_tool="lookup"),
-                           act("lookup", key="good", thought="try again"), act("other", thought="fine"),
-                           final("other value")])
+    model = ScriptedModel(
+        [
+            act("lookup", key="a"),
+            lesson("backend refused key a", "stop using lookup", control="block_tool", control_tool="lookup"),
+            act("lookup", key="good", thought="try again"),
+            act("other", thought="fine"),
+            final("other value"),
+        ]
+    )
     store = MemoryStore()
-    result = react('find it', [lookup, other], budget=Budget(max_reflections=1), validator=accept, session=Session(model=model, store=store), max_steps=8)
+    result = react(
+        "find it",
+        [lookup, other],
+        budget=Budget(max_reflections=1),
+        validator=accept,
+        session=Session(model=model, store=store),
+        max_steps=8,
+    )
     assert state["calls"] == 1  # the blocked call never ran
     codes = [s.output["code"] for s in store.steps(result.run_id) if s.kind == "react"]
     assert codes[1] == "BLOCKED"
@@ -150,25 +184,40 @@ def test_reflection_quota():
         calls["n"] += 1
         raise ToolError(ErrorCode.TOOL_ERROR, f"failure number {'abc'[calls['n'] % 3]}{key}")
 
-    model = ScriptedModel([act("fragile", key="x"), lesson("failure number", "try y"),
-                           act("fragile", key="y", thought="t2"), lesson("failure number", "try z"),
-                           act("fragile", key="z", thought="t3"), act("fragile", key="w", thought="t4")])
-    result = react('q', [fragile], budget=Budget(max_reflections=2), validator=accept, session=Session(model=model), max_steps=4)
+    model = ScriptedModel(
+        [
+            act("fragile", key="x"),
+            lesson("failure number", "try y"),
+            act("fragile", key="y", thought="t2"),
+            lesson("failure number", "try z"),
+            act("fragile", key="z", thought="t3"),
+            act("fragile", key="w", thought="t4"),
+        ]
+    )
+    result = react(
+        "q", [fragile], budget=Budget(max_reflections=2), validator=accept, session=Session(model=model), max_steps=4
+    )
     assert result.counters["reflector_calls"] == 2 and result.counters["quota_skips"] >= 1
 
 
 def test_repeated_action_is_a_signal():
     lookup, _ = flaky_tool(0)
-    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good", thought="again"),
-                           lesson("lookup", "answer with the value you have"), final("value of good")])
-    result = react('find it', [lookup], validator=accept, session=Session(model=model))
+    model = ScriptedModel(
+        [
+            act("lookup", key="good"),
+            act("lookup", key="good", thought="again"),
+            lesson("lookup", "answer with the value you have"),
+            final("value of good"),
+        ]
+    )
+    result = react("find it", [lookup], validator=accept, session=Session(model=model))
     assert result.passed and result.counters["gate_signals"] == 1
 
 
 def test_low_confidence_is_a_signal():
     lookup, _ = flaky_tool(0)
     model = ScriptedModel([act("lookup", key="good", confidence=0.1), lesson("lookup", "be sure"), final("x")])
-    result = react('find it', [lookup], validator=accept, session=Session(model=model))
+    result = react("find it", [lookup], validator=accept, session=Session(model=model))
     assert result.counters["gate_signals"] == 1
 
 
@@ -180,11 +229,12 @@ def test_timeout_is_retried_once_by_rule():
         state["n"] += 1
         if state["n"] == 1:
             import time
+
             time.sleep(1)
         return "answer"
 
     model = ScriptedModel([act("slow"), final("answer")])
-    result = react('q', [slow], validator=accept, session=Session(model=model))
+    result = react("q", [slow], validator=accept, session=Session(model=model))
     assert result.passed and result.counters["rule_repairs"] == 1 and model.calls == 2
 
 
@@ -195,7 +245,7 @@ def test_truncated_observation_is_paged_by_rule():
 
     model = ScriptedModel([act("dump"), final("done")])
     store = MemoryStore()
-    result = react('q', [dump], validator=accept, session=Session(model=model, store=store))
+    result = react("q", [dump], validator=accept, session=Session(model=model, store=store))
     assert result.passed and result.counters["rule_repairs"] == 1 and model.calls == 2
     actions = [s.payload().action for s in store.steps(result.run_id) if s.kind == "react"]
     assert actions[1] == "page 1 of dump"
@@ -224,11 +274,18 @@ def test_killed_run_resumes_without_repeating_a_side_effect(tmp_path):
 
     model = ScriptedModel([act("charge", amount=5)])
     with pytest.raises(Crash):
-        react('charge 5', [charge], validator=accept, session=Session(model=model, store=SQLiteStore(path), observer=killer))
+        react(
+            "charge 5",
+            [charge],
+            validator=accept,
+            session=Session(model=model, store=SQLiteStore(path), observer=killer),
+        )
     run_id = SQLiteStore(path).runs()[0].run_id
     # The kill came after the charge and its step were stored; the resumed run must go on from there.
     resumed = ScriptedModel([final("charged 5")])
-    result = react('charge 5', [charge], resume=run_id, validator=accept, session=Session(model=resumed, store=SQLiteStore(path)))
+    result = react(
+        "charge 5", [charge], resume=run_id, validator=accept, session=Session(model=resumed, store=SQLiteStore(path))
+    )
     assert result.passed and charges == [5] and result.run_id == run_id
     assert "charged 5" in resumed.prompts[0][-1]["content"]
 
@@ -247,9 +304,20 @@ def test_crash_during_an_effect_is_not_repeated_on_resume(tmp_path):
 
     path = tmp_path / "trace.db"
     with pytest.raises(Crash):
-        react('charge', [charge], validator=accept, session=Session(model=ScriptedModel([act('charge', amount=5)]), store=SQLiteStore(path)))
+        react(
+            "charge",
+            [charge],
+            validator=accept,
+            session=Session(model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path)),
+        )
     run_id = SQLiteStore(path).runs()[0].run_id
-    result = react('charge', [charge], resume=run_id, validator=accept, session=Session(model=ScriptedModel([act('charge', amount=5)]), store=SQLiteStore(path)))
+    result = react(
+        "charge",
+        [charge],
+        resume=run_id,
+        validator=accept,
+        session=Session(model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path)),
+    )
     assert charges == [5]
     assert result.stop_reason is StopReason.UNRECOVERABLE and "interrupted" in result.error
 
@@ -260,9 +328,17 @@ def test_trial_lesson_reaches_the_next_trial(shop):
     outer = ScriptedModel([lesson("trial ended", "answer right, not wrong")])
 
     def attempt(lessons, budget):
-        return react('q', sql_tools(shop), lessons=lessons, budget=budget, validator=lambda a: None if a == 'right' else f'{a} is not the answer', session=Session(model=inner, store=store), max_steps=1)
+        return react(
+            "q",
+            sql_tools(shop),
+            lessons=lessons,
+            budget=budget,
+            validator=lambda a: None if a == "right" else f"{a} is not the answer",
+            session=Session(model=inner, store=store),
+            max_steps=1,
+        )
 
-    result = trials('q', attempt, session=Session(model=outer, store=store))
+    result = trials("q", attempt, session=Session(model=outer, store=store))
     assert result.passed and result.iterations == 2
     assert "answer right, not wrong" in inner.prompts[1][-1]["content"]
     trial_steps = [s for s in store.steps(result.run_id) if s.kind == "trial"]
@@ -279,16 +355,28 @@ def test_trials_with_refine():
 
     inner = ScriptedModel(["```\nbad\n```", "```\ngood\n```"])
     outer = ScriptedModel([lesson("got bad", "write good")])
-    result = trials('t', lambda lessons, budget: refine('t', [Expect()], lessons=lessons, budget=budget, session=Session(model=inner), max_attempts=1), session=Session(model=outer))
+    result = trials(
+        "t",
+        lambda lessons, budget: refine(
+            "t", [Expect()], lessons=lessons, budget=budget, session=Session(model=inner), max_attempts=1
+        ),
+        session=Session(model=outer),
+    )
     assert result.passed and "write good" in inner.prompts[1][-1]["content"]
 
 
 def test_similar_thoughts_count_as_repeats_by_embedding():
     lookup, _ = flaky_tool(0)
     close = lambda a, b: 0.9  # noqa: E731 - every pair of thoughts looks alike to this stand-in
-    model = ScriptedModel([act("lookup", "first look", key="one"), act("lookup", "a second look", key="two"),
-                           lesson("lookup", "answer now"), final("x")])
-    result = react('find it', [lookup], similarity=close, validator=accept, session=Session(model=model))
+    model = ScriptedModel(
+        [
+            act("lookup", "first look", key="one"),
+            act("lookup", "a second look", key="two"),
+            lesson("lookup", "answer now"),
+            final("x"),
+        ]
+    )
+    result = react("find it", [lookup], similarity=close, validator=accept, session=Session(model=model))
     assert result.counters["gate_signals"] == 1
 
 
@@ -313,10 +401,23 @@ def test_resume_after_a_reflection_keeps_the_lesson_and_the_quota(tmp_path):
 
     model = ScriptedModel([act("lookup", key="bad"), lesson("backend refused the key", "use key good")])
     with pytest.raises(Crash):
-        react('find it', [lookup], budget=Budget(max_reflections=1), validator=accept, session=Session(model=model, store=SQLiteStore(path), observer=killer))
+        react(
+            "find it",
+            [lookup],
+            budget=Budget(max_reflections=1),
+            validator=accept,
+            session=Session(model=model, store=SQLiteStore(path), observer=killer),
+        )
     run_id = SQLiteStore(path).runs()[0].run_id
     resumed = ScriptedModel([act("lookup", key="bad"), act("lookup", key="good"), final("value of good")])
-    result = react('find it', [lookup], resume=run_id, budget=Budget(max_reflections=1), validator=accept, session=Session(model=resumed, store=SQLiteStore(path)))
+    result = react(
+        "find it",
+        [lookup],
+        resume=run_id,
+        budget=Budget(max_reflections=1),
+        validator=accept,
+        session=Session(model=resumed, store=SQLiteStore(path)),
+    )
     assert "use key good" in resumed.prompts[0][-1]["content"]  # the lesson survived the crash
     # The same error after the reflection stops the run: the error_handled marks survived too.
     assert result.stop_reason is StopReason.NO_PROGRESS and result.counters["reflector_calls"] == 1
@@ -326,9 +427,11 @@ def test_tool_module_with_postponed_annotations(tmp_path):
     import importlib.util
 
     source = tmp_path / "tools_mod.py"
-    source.write_text("from __future__ import annotations\nfrom pydantic import BaseModel\nfrom reflexa import tool\n\n"
-                      "class Req(BaseModel):\n    x: int\n\n@tool\ndef double(req: Req) -> int:\n    return req.x * 2\n\n"
-                      "@tool\ndef add(a: int, b: int = 1) -> int:\n    return a + b\n")
+    source.write_text(
+        "from __future__ import annotations\nfrom pydantic import BaseModel\nfrom reflexa import tool\n\n"
+        "class Req(BaseModel):\n    x: int\n\n@tool\ndef double(req: Req) -> int:\n    return req.x * 2\n\n"
+        "@tool\ndef add(a: int, b: int = 1) -> int:\n    return a + b\n"
+    )
     spec = importlib.util.spec_from_file_location("tools_mod", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

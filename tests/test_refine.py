@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from reflexa import Session, Budget, MemoryStore, ScriptedModel, Signal, StopReason, refine
+from reflexa import Budget, MemoryStore, ScriptedModel, Session, Signal, StopReason, refine
 from reflexa.errors import ConfigError, ModelUnavailable
 from reflexa.types import ErrorCode
 
@@ -19,21 +19,31 @@ class Expect:
     def run(self, candidate, context):
         if candidate.strip() == self.good:
             return Signal(self.name, True, score=1.0)
-        return Signal(self.name, False, ErrorCode.TEST_FAILED, f"wanted {self.good}, got {candidate.strip()}",
-                      evidence=f"output for {candidate.strip()}", score=self.score)
+        return Signal(
+            self.name,
+            False,
+            ErrorCode.TEST_FAILED,
+            f"wanted {self.good}, got {candidate.strip()}",
+            evidence=f"output for {candidate.strip()}",
+            score=self.score,
+        )
 
 
 def answer(text: str, plan: str = "Plan: think") -> str:
     return f"{plan}\n```\n{text}\n```"
 
 
-LESSON = {"failure_step": "attempt 1", "observed_mismatch": "wanted good", "root_cause": "wrong value",
-          "correction": "return the right value"}
+LESSON = {
+    "failure_step": "attempt 1",
+    "observed_mismatch": "wanted good",
+    "root_cause": "wrong value",
+    "correction": "return the right value",
+}
 
 
 def test_pass_on_first_attempt_makes_exactly_one_generator_call():
     model = ScriptedModel([answer("good")])
-    result = refine('answer', [Expect('good')], session=Session(model=model))
+    result = refine("answer", [Expect("good")], session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert result.output == result.best == "good"
     assert model.calls == 1
@@ -42,7 +52,7 @@ def test_pass_on_first_attempt_makes_exactly_one_generator_call():
 
 def test_fail_restarts_from_the_task_plus_lessons():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
-    result = refine('the task', [Expect('good', score=0.0)], session=Session(model=model))
+    result = refine("the task", [Expect("good", score=0.0)], session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     restart = model.prompts[2][-1]["content"]
     assert "the task" in restart and "return the right value" in restart
@@ -51,7 +61,7 @@ def test_fail_restarts_from_the_task_plus_lessons():
 
 def test_needs_improvement_revises_the_latest_candidate():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
-    result = refine('the task', [Expect('good', score=0.5)], session=Session(model=model))
+    result = refine("the task", [Expect("good", score=0.5)], session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     revision = model.prompts[2][-1]["content"]
     assert "Your latest answer" in revision and "```\none\n```" in revision
@@ -60,14 +70,14 @@ def test_needs_improvement_revises_the_latest_candidate():
 
 def test_evaluator_never_sees_the_plan():
     model = ScriptedModel([answer("one", plan="Plan: SECRET-PLAN"), LESSON, answer("good")])
-    refine('task', [Expect('good')], session=Session(model=model))
+    refine("task", [Expect("good")], session=Session(model=model))
     assert "SECRET-PLAN" not in json.dumps(model.prompts[1])
 
 
 def test_identical_candidate_stops_with_no_progress():
     model = ScriptedModel([answer("one"), LESSON, answer("one")])
     store = MemoryStore()
-    result = refine('task', [Expect('good')], session=Session(model=model, store=store), max_attempts=5)
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5)
     assert result.stop_reason is StopReason.NO_PROGRESS
     assert model.calls == 3
     assert any(s.kind == "no_progress" for s in store.steps(result.run_id))
@@ -79,14 +89,14 @@ def test_same_failure_fingerprint_twice_stops_with_no_progress():
             return Signal("t", False, ErrorCode.TEST_FAILED, "assert f(3) == 9 failed", score=0.5)
 
     model = ScriptedModel([answer("one"), LESSON, answer("two")])
-    result = refine('task', [SameFailure('x')], session=Session(model=model), max_attempts=5)
+    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5)
     assert result.stop_reason is StopReason.NO_PROGRESS
 
 
 def test_a_revision_that_undoes_the_previous_one_is_flagged():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("one"), LESSON])
     store = MemoryStore()
-    result = refine('task', [Expect('good')], session=Session(model=model, store=store))
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store))
     assert result.stop_reason is StopReason.MAX_ITERATIONS
     flags = [s for s in store.steps(result.run_id) if s.kind == "flag"]
     assert len(flags) == 1 and "undoes" in flags[0].output["why"]
@@ -99,14 +109,14 @@ def test_max_iterations_defaults_to_three_and_keeps_the_best():
             return Signal("s", False, ErrorCode.TEST_FAILED, f"too {candidate}", score=scores[candidate])
 
     model = ScriptedModel([answer("low"), LESSON, answer("high"), LESSON, answer("mid"), LESSON])
-    result = refine('task', [Scored('x')], session=Session(model=model))
+    result = refine("task", [Scored("x")], session=Session(model=model))
     assert result.stop_reason is StopReason.MAX_ITERATIONS
     assert result.iterations == 3 and result.output == "mid" and result.best == "high"
 
 
 def test_call_budget_holds():
     model = ScriptedModel(default=answer("one"))
-    result = refine('task', [Expect('good')], budget=Budget(max_calls=2), session=Session(model=model), max_attempts=10)
+    result = refine("task", [Expect("good")], budget=Budget(max_calls=2), session=Session(model=model), max_attempts=10)
     assert result.stop_reason is StopReason.BUDGET_CALLS
     assert model.calls == 2
 
@@ -114,7 +124,14 @@ def test_call_budget_holds():
 def test_token_budget_holds_within_one_call():
     model = ScriptedModel(default=answer("x" * 400))
     limit = 300
-    result = refine('task', [Expect('good')], budget=Budget(max_tokens=limit), max_tokens=120, session=Session(model=model), max_attempts=50)
+    result = refine(
+        "task",
+        [Expect("good")],
+        budget=Budget(max_tokens=limit),
+        max_tokens=120,
+        session=Session(model=model),
+        max_attempts=50,
+    )
     assert result.stop_reason is StopReason.BUDGET_TOKENS
     # A limit is checked before each call, and the call's max_tokens is cut to what is left.
     last_input = model.prompts[-1]
@@ -128,14 +145,16 @@ def test_time_budget_holds():
             return super()._generate(*args)
 
     model = Slow(default=answer("one"))
-    result = refine('task', [Expect('good')], budget=Budget(max_seconds=0.01), session=Session(model=model), max_attempts=10)
+    result = refine(
+        "task", [Expect("good")], budget=Budget(max_seconds=0.01), session=Session(model=model), max_attempts=10
+    )
     assert result.stop_reason is StopReason.TIMEOUT
     assert model.calls == 1
 
 
 def test_reflection_budget_falls_back_to_raw_signals():
     model = ScriptedModel([answer("one"), answer("two"), answer("good")])
-    result = refine('task', [Expect('good')], budget=Budget(max_reflections=0), session=Session(model=model))
+    result = refine("task", [Expect("good")], budget=Budget(max_reflections=0), session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert "reflector" not in result.usage
     assert "wanted good, got one" in model.prompts[1][-1]["content"]
@@ -144,7 +163,7 @@ def test_reflection_budget_falls_back_to_raw_signals():
 def test_unparseable_reflection_is_discarded_not_reasked():
     model = ScriptedModel([answer("one"), "not json at all", answer("good")])
     store = MemoryStore()
-    result = refine('task', [Expect('good')], session=Session(model=model, store=store))
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store))
     assert result.stop_reason is StopReason.PASSED
     assert result.usage["reflector"].calls == 1
     assert result.counters["lessons_discarded"] == 1
@@ -154,40 +173,40 @@ def test_unparseable_reflection_is_discarded_not_reasked():
 def test_ungrounded_lesson_is_discarded():
     vague = {"failure_step": "x", "observed_mismatch": "something odd", "root_cause": "unclear", "correction": "try"}
     model = ScriptedModel([answer("one"), vague, answer("good")])
-    result = refine('task', [Expect('good')], session=Session(model=model))
+    result = refine("task", [Expect("good")], session=Session(model=model))
     assert result.passed and result.counters["lessons_discarded"] == 1
 
 
 def test_truncated_generator_reply_still_yields_a_candidate():
     model = ScriptedModel(["Plan: go\n```python\n" + "x = 1\n" * 200, LESSON, answer("good")])
-    result = refine('task', [Expect('good')], max_tokens=40, session=Session(model=model))
+    result = refine("task", [Expect("good")], max_tokens=40, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert model.prompts[2][-1]["content"].count("x = 1") > 5
 
 
 def test_reply_without_a_fence_is_the_candidate():
-    result = refine('task', [Expect('good')], session=Session(model=ScriptedModel(['Plan: easy\ngood'])))
+    result = refine("task", [Expect("good")], session=Session(model=ScriptedModel(["Plan: easy\ngood"])))
     assert result.stop_reason is StopReason.PASSED
 
 
 def test_empty_candidate_is_an_empty_signal():
     model = ScriptedModel(["```\n```", LESSON, answer("good")])
     store = MemoryStore()
-    result = refine('task', [Expect('good')], session=Session(model=model, store=store))
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store))
     verdict = next(s for s in store.steps(result.run_id) if s.kind == "verdict").payload().verdict
     assert verdict.signals[0].code is ErrorCode.EMPTY and verdict.status == "FAIL"
 
 
 def test_model_error_stops_with_error_and_keeps_best_so_far():
     model = ScriptedModel([answer("one"), LESSON, ModelUnavailable("server gone", hint="restart it")])
-    result = refine('task', [Expect('good')], session=Session(model=model))
+    result = refine("task", [Expect("good")], session=Session(model=model))
     assert result.stop_reason is StopReason.ERROR
     assert result.best == "one" and "server gone" in result.error and "restart it" in result.error
 
 
 def test_full_history_strategy_shows_every_attempt():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("good")])
-    refine('task', [Expect('good')], context='full', session=Session(model=model))
+    refine("task", [Expect("good")], context="full", session=Session(model=model))
     third = json.dumps(model.prompts[4])
     assert "```\\none\\n```" in third and "```\\ntwo\\n```" in third
 
@@ -195,10 +214,20 @@ def test_full_history_strategy_shows_every_attempt():
 def test_every_step_is_stored_in_order():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
     store = MemoryStore()
-    result = refine('task', [Expect('good')], session=Session(model=model, store=store))
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store))
     kinds = [s.kind for s in store.steps(result.run_id)]
-    assert kinds == ["model_call", "attempt", "verdict", "model_call", "engine", "checkpoint", "model_call",
-                     "attempt", "verdict", "stop"]
+    assert kinds == [
+        "model_call",
+        "attempt",
+        "verdict",
+        "model_call",
+        "engine",
+        "checkpoint",
+        "model_call",
+        "attempt",
+        "verdict",
+        "stop",
+    ]
     assert [s.step_id for s in store.steps(result.run_id)] == list(range(1, 11))
     assert store.get_run(result.run_id).stop_reason == "PASSED"
     json.dumps(result.to_dict(), default=str)
@@ -206,4 +235,4 @@ def test_every_step_is_stored_in_order():
 
 def test_refine_without_checks_is_a_config_error():
     with pytest.raises(ConfigError):
-        refine('task', [], session=Session(model=ScriptedModel()))
+        refine("task", [], session=Session(model=ScriptedModel()))

@@ -16,6 +16,8 @@ def test_no_fence_drops_plan_lines():
 
 
 def test_traceback_summary_names_the_failing_line():
-    output = ('Traceback (most recent call last):\n  File "program.py", line 9, in <module>\n    check(f)\n'
-              '  File "program.py", line 7, in check\n    assert candidate(2) == 4\nAssertionError')
+    output = (
+        'Traceback (most recent call last):\n  File "program.py", line 9, in <module>\n    check(f)\n'
+        '  File "program.py", line 7, in check\n    assert candidate(2) == 4\nAssertionError'
+    )
     assert _last_line(output) == "AssertionError at `assert candidate(2) == 4`"

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from reflexa import Session, Budget, MemoryStore, ScriptedModel, Signal, StopReason
+from reflexa import MemoryStore, ScriptedModel, Session, Signal, StopReason
 from reflexa.loops import refine
 from reflexa.reflect import Decision, Facts, Governor, classify
 from reflexa.reflect.governor import wilson_upper
@@ -60,6 +60,7 @@ def test_wilson_upper_bound():
 
 def never_converts(store, governor, runs):
     """Refine runs whose retries never pass: each is one non-converting sample."""
+
     class Never:
         name, subjective = "never", False
 
@@ -69,10 +70,17 @@ def never_converts(store, governor, runs):
     results = []
     for i in range(runs):
         words = ["alpha", "bravo", "charlie"]
-        model = ScriptedModel([f"```\n{w}{'x' * i}\n```" if j % 2 == 0 else
-                               {"failure_step": "a", "observed_mismatch": "wrong", "root_cause": "r", "correction": "c"}
-                               for j, w in enumerate([words[0], "", words[1], "", words[2]])])
-        results.append(refine(f'task {i}', [Never()], family='demo', session=Session(model=model, store=store, governor=governor)))
+        model = ScriptedModel(
+            [
+                f"```\n{w}{'x' * i}\n```"
+                if j % 2 == 0
+                else {"failure_step": "a", "observed_mismatch": "wrong", "root_cause": "r", "correction": "c"}
+                for j, w in enumerate([words[0], "", words[1], "", words[2]])
+            ]
+        )
+        results.append(
+            refine(f"task {i}", [Never()], family="demo", session=Session(model=model, store=store, governor=governor))
+        )
     return results
 
 
@@ -127,7 +135,7 @@ def test_no_signal_means_no_reflection_in_refine():
         def run(self, candidate, context):
             return Signal("ok", True, score=1.0)
 
-    result = refine('t', [Ok()], session=Session(model=ScriptedModel(['```\nx\n```'])))
+    result = refine("t", [Ok()], session=Session(model=ScriptedModel(["```\nx\n```"])))
     assert result.counters["gate_calls"] == 1 and result.counters["reflector_calls"] == 0
     assert result.stop_reason is StopReason.PASSED
 
@@ -146,15 +154,32 @@ def test_react_records_to_and_obeys_the_governor(shop):
 
     store = MemoryStore()
     governor = Governor(store, min_samples=3, probe_rate=0.0)
-    model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
-                           {"failure_step": "1", "observed_mismatch": "nowhere", "root_cause": "r", "correction": "c"},
-                           {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
-    first = react('q0', sql_tools(shop), family='sql', validator=lambda a: 'wrong', session=Session(model=model, governor=governor), max_steps=2)
+    model = ScriptedModel(
+        [
+            {"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
+            {"failure_step": "1", "observed_mismatch": "nowhere", "root_cause": "r", "correction": "c"},
+            {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}},
+        ]
+    )
+    first = react(
+        "q0",
+        sql_tools(shop),
+        family="sql",
+        validator=lambda a: "wrong",
+        session=Session(model=model, governor=governor),
+        max_steps=2,
+    )
     assert not first.passed and governor.stats("scripted", "sql").samples == 1
     for i in range(30):
         governor.record("scripted", "sql", f"t{i}", retried=True, converted=False, retry_tokens=50)
-    model = ScriptedModel([{"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
-                           {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}}])
-    result = react('q9', sql_tools(shop), family='sql', validator=lambda a: None, session=Session(model=model, governor=governor))
+    model = ScriptedModel(
+        [
+            {"action": {"thought": "a", "tool": "query", "args": {"sql": "SELECT x FROM nowhere"}}},
+            {"action": {"thought": "b", "tool": "final_answer", "args": {"answer": "?"}}},
+        ]
+    )
+    result = react(
+        "q9", sql_tools(shop), family="sql", validator=lambda a: None, session=Session(model=model, governor=governor)
+    )
     assert result.notes and "reflections cut to" in result.notes[0]
     assert result.counters["reflector_calls"] == 0 and result.passed

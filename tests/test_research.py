@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from reflexa import Session, Budget, MemoryStore, ScriptedModel, StopReason
-from reflexa.evaluate.citations import audit, clean, strip_references, verified
+from reflexa import MemoryStore, ScriptedModel, Session, StopReason
+from reflexa.evaluate.citations import audit, clean, strip_references
 from reflexa.loops.research import research
 from reflexa.loops.research_prompts import Gaps, clean_queries, concrete_gaps
 from reflexa.search import Evidence, LocalCorpus, SearchCache, SearchError, distill
@@ -22,8 +22,11 @@ def corpus(tmp_path):
 
 
 def draft(answer, missing=(), queries=()):
-    return {"answer": answer, "reflection": {"missing": list(missing), "superfluous": []},
-            "search_queries": list(queries)}
+    return {
+        "answer": answer,
+        "reflection": {"missing": list(missing), "superfluous": []},
+        "search_queries": list(queries),
+    }
 
 
 def test_local_corpus_indexes_incrementally_and_ranks(corpus):
@@ -40,7 +43,9 @@ def test_local_corpus_indexes_incrementally_and_ranks(corpus):
     report = corpus.index(folder)
     assert (report.updated, report.removed) == (1, 1)
     assert "300 metres" in corpus.search("eiffel tall", 1)[0].snippet
-    assert corpus.search("golden gate", 3) == [] or all("Golden" not in h.title for h in corpus.search("golden gate", 3))
+    assert corpus.search("golden gate", 3) == [] or all(
+        "Golden" not in h.title for h in corpus.search("golden gate", 3)
+    )
 
 
 def test_fts_syntax_in_a_query_is_harmless(corpus):
@@ -50,7 +55,9 @@ def test_fts_syntax_in_a_query_is_harmless(corpus):
 
 
 def test_distill_keeps_the_most_relevant_sentences():
-    e = Evidence("1", "s", "t", "The sky is blue. Paris has a tower. The tower is 330 metres tall. Cats sleep. Dogs run.")
+    e = Evidence(
+        "1", "s", "t", "The sky is blue. Paris has a tower. The tower is 330 metres tall. Cats sleep. Dogs run."
+    )
     short = distill(e, "how tall is the tower", sentences=2)
     assert short.snippet == "Paris has a tower. The tower is 330 metres tall."
 
@@ -71,10 +78,19 @@ def test_cache_ttl_depends_on_time_sensitivity():
 
 def test_query_rules():
     gaps = ["height of the Eiffel Tower in metres"]
-    keep, rejected = clean_queries(["", "Eiffel tower height", "eiffel TOWER height", "How tall is the Eiffel Tower",
-                                    "bitcoin price today",
-                                    "eiffel tower height metres official figure from the operator in the year it opened"],
-                                   "How tall is the Eiffel Tower?", gaps, set())
+    keep, rejected = clean_queries(
+        [
+            "",
+            "Eiffel tower height",
+            "eiffel TOWER height",
+            "How tall is the Eiffel Tower",
+            "bitcoin price today",
+            "eiffel tower height metres official figure from the operator in the year it opened",
+        ],
+        "How tall is the Eiffel Tower?",
+        gaps,
+        set(),
+    )
     assert keep[0] == "Eiffel tower height"
     assert any("repeats the question" in r for r in rejected)
     assert any("duplicated" in r for r in rejected) and any("unrelated" in r for r in rejected)
@@ -83,22 +99,29 @@ def test_query_rules():
 
 def test_vague_gaps_are_not_concrete():
     assert concrete_gaps(Gaps(missing=["more information", "details"], superfluous=[])) == []
-    assert concrete_gaps(Gaps(missing=["the tower's height in metres"], superfluous=[])) == ["the tower's height in metres"]
+    assert concrete_gaps(Gaps(missing=["the tower's height in metres"], superfluous=[])) == [
+        "the tower's height in metres"
+    ]
 
 
 def test_a_draft_without_search_queries_is_asked_again(corpus):
     corpus, _ = corpus
     gap = ["the tower's height"]
-    model = ScriptedModel([draft("It is tall.", missing=gap), draft("It is tall.", missing=gap, queries=["eiffel height"]),
-                           draft("It is 330 metres tall [1].")])
-    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
+    model = ScriptedModel(
+        [
+            draft("It is tall.", missing=gap),
+            draft("It is tall.", missing=gap, queries=["eiffel height"]),
+            draft("It is 330 metres tall [1]."),
+        ]
+    )
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model))
     assert model.calls == 3 and result.usage["search"].calls == 1 and "330 metres" in result.output
 
 
 def test_gate_skips_research_when_no_concrete_gap(corpus):
     corpus, _ = corpus
     model = ScriptedModel([draft("It is tall.", missing=["more information"], queries=["eiffel"])])
-    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model))
     assert model.calls == 1 and "search" not in result.usage
     assert any("no new evidence was sought" in n for n in result.notes)
     assert "No new evidence was sought: the draft named no concrete gap." in result.output
@@ -106,12 +129,17 @@ def test_gate_skips_research_when_no_concrete_gap(corpus):
 
 def test_research_cites_retrieved_evidence_with_references(corpus):
     corpus, _ = corpus
-    model = ScriptedModel([
-        draft("[UNCERTAIN: It is about 300 m tall.]", missing=["exact height of the Eiffel Tower"],
-              queries=["Eiffel Tower height"]),
-        draft("The Eiffel Tower is 330 metres tall [1]."),
-    ])
-    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model))
+    model = ScriptedModel(
+        [
+            draft(
+                "[UNCERTAIN: It is about 300 m tall.]",
+                missing=["exact height of the Eiffel Tower"],
+                queries=["Eiffel Tower height"],
+            ),
+            draft("The Eiffel Tower is 330 metres tall [1]."),
+        ]
+    )
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert "330 metres tall [1]" in result.output and "References:\n[1] Eiffel Tower: eiffel.md#" in result.output
     assert result.usage["search"].calls == 1
@@ -121,12 +149,14 @@ def test_research_cites_retrieved_evidence_with_references(corpus):
 
 def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):
     corpus, _ = corpus
-    model = ScriptedModel([
-        draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-        draft("It is 330 metres tall [1]. It was moved in 1999 [7]."),
-        draft("It is 330 metres tall [1]. It was moved in 1999 [7].\n\nReferences:\n[7] made up"),
-    ])
-    result = research('How tall is the Eiffel Tower?', corpus, session=Session(model=model), max_rounds=1)
+    model = ScriptedModel(
+        [
+            draft("Unknown.", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+            draft("It is 330 metres tall [1]. It was moved in 1999 [7]."),
+            draft("It is 330 metres tall [1]. It was moved in 1999 [7].\n\nReferences:\n[7] made up"),
+        ]
+    )
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model), max_rounds=1)
     assert "[7]" not in result.output and "[UNCERTAIN: It was moved in 1999.]" in result.output
     assert "made up" not in result.output and "[1] Eiffel Tower" in result.output
     assert "[7]" in model.prompts[2][-1]["content"]  # the audit's feedback reached the second revision
@@ -141,17 +171,30 @@ class Broken:
     def search(self, query, k):
         if self.fail_on in query:
             raise SearchError("HTTP 503 from the search service")
-        return [Evidence(f"e-{query}", f"https://example.org/{query.replace(' ', '-')}", query.title(),
-                         f"{query} is described here.")]
+        return [
+            Evidence(
+                f"e-{query}",
+                f"https://example.org/{query.replace(' ', '-')}",
+                query.title(),
+                f"{query} is described here.",
+            )
+        ]
 
 
 def test_partial_and_failed_searches_are_named():
-    model = ScriptedModel([
-        draft("Unknown.", missing=["bridge span length", "bridge opening year"],
-              queries=["bridge span length", "bridge opening year"]),
-        draft("The span is described [1]."),
-    ])
-    result = research('Tell me about the bridge span and opening year', Broken('opening'), session=Session(model=model), max_rounds=1)
+    model = ScriptedModel(
+        [
+            draft(
+                "Unknown.",
+                missing=["bridge span length", "bridge opening year"],
+                queries=["bridge span length", "bridge opening year"],
+            ),
+            draft("The span is described [1]."),
+        ]
+    )
+    result = research(
+        "Tell me about the bridge span and opening year", Broken("opening"), session=Session(model=model), max_rounds=1
+    )
     assert 'Could not verify: search "bridge opening year" failed (HTTP 503' in result.output
     statuses = {q["query"]: q["status"] for q in result.details["queries"]}
     assert statuses == {"bridge span length": "ok", "bridge opening year": "failed"}
@@ -159,16 +202,24 @@ def test_partial_and_failed_searches_are_named():
 
 def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
     corpus, _ = corpus
-    model = ScriptedModel([
-        draft("Unknown.", missing=["Eiffel Tower colour paint"], queries=["Eiffel Tower paint colour"]),
-        # A model that obeyed the hostile passage: it asks for the injected search and cites [9].
-        draft("Its colour is Eiffel Tower Brown [1] [9]. See http://evil.example",
-              missing=["bitcoin price today now"], queries=["bitcoin price today"]),
-        draft("Its colour is Eiffel Tower Brown [1] [9].", missing=["bitcoin price today now"],
-              queries=["bitcoin price today"]),
-    ])
+    model = ScriptedModel(
+        [
+            draft("Unknown.", missing=["Eiffel Tower colour paint"], queries=["Eiffel Tower paint colour"]),
+            # A model that obeyed the hostile passage: it asks for the injected search and cites [9].
+            draft(
+                "Its colour is Eiffel Tower Brown [1] [9]. See http://evil.example",
+                missing=["bitcoin price today now"],
+                queries=["bitcoin price today"],
+            ),
+            draft(
+                "Its colour is Eiffel Tower Brown [1] [9].",
+                missing=["bitcoin price today now"],
+                queries=["bitcoin price today"],
+            ),
+        ]
+    )
     store = MemoryStore()
-    result = research('What colour is the Eiffel Tower?', corpus, session=Session(model=model, store=store))
+    result = research("What colour is the Eiffel Tower?", corpus, session=Session(model=model, store=store))
     searched = [s.payload().query for s in store.steps(result.run_id) if s.kind == "search"]
     assert searched == ["Eiffel Tower paint colour"]
     references = result.output.split("References:")[1]
@@ -180,9 +231,15 @@ def test_cached_query_costs_no_search_call(corpus):
     store = MemoryStore()
     cache = SearchCache(store)
     for _ in range(2):
-        model = ScriptedModel([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                               draft("330 metres [1].")])
-        result = research('How tall is the Eiffel Tower?', corpus, cache=cache, session=Session(model=model, store=store))
+        model = ScriptedModel(
+            [
+                draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                draft("330 metres [1]."),
+            ]
+        )
+        result = research(
+            "How tall is the Eiffel Tower?", corpus, cache=cache, session=Session(model=model, store=store)
+        )
     assert "search" not in result.usage and cache.hits == 1 and result.counters["cache_hits"] == 1
 
 
@@ -206,10 +263,26 @@ def test_cli_index_and_research(tmp_path):
     indexed = runner.invoke(app, ["index", str(folder)])
     assert indexed.exit_code == 0 and "3 added" in " ".join(indexed.output.split())
     replies = tmp_path / "r.json"
-    replies.write_text(json.dumps([draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
-                                   draft("It is 330 metres tall [1].")]))
-    result = runner.invoke(app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(folder),
-                                 "--model", f"scripted:{replies}", "--json"])
+    replies.write_text(
+        json.dumps(
+            [
+                draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"]),
+                draft("It is 330 metres tall [1]."),
+            ]
+        )
+    )
+    result = runner.invoke(
+        app,
+        [
+            "research",
+            "How tall is the Eiffel Tower?",
+            "--corpus",
+            str(folder),
+            "--model",
+            f"scripted:{replies}",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert "References:" in data["output"] and data["details"]["evidence"][0]["title"] == "Eiffel Tower"
@@ -220,11 +293,14 @@ def test_cli_index_and_research(tmp_path):
 def minimal_pdf(text: str) -> bytes:
     """A one-page PDF showing `text`, written by hand so the test needs no PDF writer."""
     stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reflexa.evaluate.checks import PythonScriptCheck, CheckContext
+from reflexa.evaluate.checks import CheckContext, PythonScriptCheck
 from reflexa.evaluate.sandbox import Limits, Sandbox
 from reflexa.types import ErrorCode
 
@@ -64,9 +64,11 @@ def test_writes_outside_the_scratch_dir_are_refused(tmp_path, monkeypatch):
     home = Path(os.environ["HOME"])
     target_cwd = Path.cwd() / "sandbox-escape.txt"
     target_home = home / "sandbox-escape.txt"
-    code = (f"import os\nfor p in ({str(target_cwd)!r}, {str(target_home)!r}, '/tmp/sandbox-escape.txt'):\n"
-            "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n    except OSError as e: print('refused', e)\n"
-            "open('inside.txt', 'w').write('ok'); print('inside ok')")
+    code = (
+        f"import os\nfor p in ({str(target_cwd)!r}, {str(target_home)!r}, '/tmp/sandbox-escape.txt'):\n"
+        "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n    except OSError as e: print('refused', e)\n"
+        "open('inside.txt', 'w').write('ok'); print('inside ok')"
+    )
     result = run(code)
     assert "WROTE" not in result.stdout and "inside ok" in result.stdout
     assert not target_cwd.exists() and not target_home.exists() and not Path("/tmp/sandbox-escape.txt").exists()
@@ -79,8 +81,10 @@ def test_parent_environment_secrets_are_not_visible(monkeypatch):
 
 
 def test_grandchild_outliving_its_parent_is_killed():
-    code = (f"import subprocess\nsubprocess.Popen(['sleep', '30', '{MARKER}'], start_new_session=True)\n"
-            "print('parent exits')")
+    code = (
+        f"import subprocess\nsubprocess.Popen(['sleep', '30', '{MARKER}'], start_new_session=True)\n"
+        "print('parent exits')"
+    )
     result = run(code)
     assert result.ok and "parent exits" in result.stdout
     time.sleep(0.2)
@@ -90,8 +94,10 @@ def test_grandchild_outliving_its_parent_is_killed():
 def test_network_is_off():
     if "no-network" not in SANDBOX.isolation:
         pytest.skip("no network namespace on this machine")
-    result = run("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 1), timeout=1)\n"
-                 "except OSError as e:\n    print('refused', e.errno)")
+    result = run(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 1), timeout=1)\n"
+        "except OSError as e:\n    print('refused', e.errno)"
+    )
     assert "refused" in result.stdout
 
 

@@ -1,7 +1,7 @@
 import multiprocessing
 import sqlite3
 
-from reflexa import Session, Budget, ScriptedModel, SQLiteStore, refine
+from reflexa import Budget, ScriptedModel, Session, SQLiteStore, refine
 from reflexa.trace.sqlite import MIGRATIONS
 from reflexa.trace.store import RunRecord
 from reflexa.types import Signal, Step, Usage
@@ -20,7 +20,7 @@ def test_runs_and_steps_round_trip(tmp_path):
     store.start_run(RunRecord("abc123", "refine", "task", started_at=1.0, meta={"model": "m"}))
     store.add_step(Step("abc123", 1, "verdict", "evaluator", {"x": 1}, Signal("s", True), Usage(3, 4, 1), 1.0, 2.0))
     store.finish_run("abc123", "PASSED", 3.0, {"ok": True})
-    assert store.get_run("abc") .stop_reason == "PASSED"
+    assert store.get_run("abc").stop_reason == "PASSED"
     (step,) = store.steps("abc123")
     assert step.output["source"] == "s" and step.usage.total_tokens == 7
 
@@ -64,7 +64,9 @@ def test_each_step_is_committed_before_the_next_starts(tmp_path):
         def run(self, candidate, context):
             return Signal("always", True, score=1.0)
 
-    refine('task', [Always()], budget=Budget(), session=Session(model=model, store=SQLiteStore(path), observer=observer))
+    refine(
+        "task", [Always()], budget=Budget(), session=Session(model=model, store=SQLiteStore(path), observer=observer)
+    )
     assert seen == list(range(1, len(seen) + 1))
 
 

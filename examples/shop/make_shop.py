@@ -1,6 +1,6 @@
 """Generate a small, deterministic shop database for `reflexa react` demos, tests and benchmarks.
 
-    python examples/shop/make_shop.py shop.sqlite
+python examples/shop/make_shop.py shop.sqlite
 """
 
 from __future__ import annotations
@@ -11,14 +11,44 @@ import sys
 from datetime import date, timedelta
 from pathlib import Path
 
-FIRST = ["Ada", "Ben", "Chloe", "Dev", "Elif", "Femi", "Grace", "Hugo", "Iris", "Jonas", "Kemal", "Lena",
-         "Mateo", "Nia", "Oskar", "Priya", "Quinn", "Rosa", "Sami", "Tara"]
+FIRST = [
+    "Ada",
+    "Ben",
+    "Chloe",
+    "Dev",
+    "Elif",
+    "Femi",
+    "Grace",
+    "Hugo",
+    "Iris",
+    "Jonas",
+    "Kemal",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Oskar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tara",
+]
 LAST = ["Novak", "Okafor", "Larsen", "Moreau", "Tanaka", "Silva", "Weber", "Kaur", "Rossi", "Haddad"]
 CITIES = ["Lisbon", "Oslo", "Lagos", "Osaka", "Lyon", "Porto", "Bergen", "Kyoto"]
-PRODUCTS = [("kettle", "kitchen", 39.0), ("toaster", "kitchen", 29.5), ("blender", "kitchen", 74.0),
-            ("desk lamp", "office", 22.0), ("office chair", "office", 149.0), ("notebook", "office", 4.5),
-            ("tent", "outdoor", 210.0), ("sleeping bag", "outdoor", 89.0), ("headlamp", "outdoor", 19.0),
-            ("yoga mat", "sport", 25.0), ("dumbbells", "sport", 55.0), ("running shoes", "sport", 120.0)]
+PRODUCTS = [
+    ("kettle", "kitchen", 39.0),
+    ("toaster", "kitchen", 29.5),
+    ("blender", "kitchen", 74.0),
+    ("desk lamp", "office", 22.0),
+    ("office chair", "office", 149.0),
+    ("notebook", "office", 4.5),
+    ("tent", "outdoor", 210.0),
+    ("sleeping bag", "outdoor", 89.0),
+    ("headlamp", "outdoor", 19.0),
+    ("yoga mat", "sport", 25.0),
+    ("dumbbells", "sport", 55.0),
+    ("running shoes", "sport", 120.0),
+]
 SCHEMA = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, joined TEXT NOT NULL);
 CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, price REAL NOT NULL);
@@ -49,8 +79,10 @@ def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int =
     for order_id in range(1, orders + 1):
         day = date(2023, 1, 1) + timedelta(days=rng.randrange(0, 730))
         status = rng.choices(["delivered", "shipped", "cancelled"], [0.8, 0.1, 0.1])[0]
-        db.execute("INSERT INTO orders VALUES (?, ?, ?, ?)",
-                   (order_id, rng.randrange(1, customers + 1), day.isoformat(), status))
+        db.execute(
+            "INSERT INTO orders VALUES (?, ?, ?, ?)",
+            (order_id, rng.randrange(1, customers + 1), day.isoformat(), status),
+        )
         total = 0.0
         for product_id in rng.sample(range(1, len(PRODUCTS) + 1), rng.randrange(1, 4)):
             quantity = rng.randrange(1, 4)
@@ -59,9 +91,15 @@ def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int =
             db.execute("INSERT INTO order_items VALUES (?, ?, ?, ?)", (order_id, product_id, quantity, price))
         if status == "delivered" and rng.random() < 0.05:
             refund_id += 1
-            db.execute("INSERT INTO refunds VALUES (?, ?, ?, ?)",
-                       (refund_id, order_id, round(total * rng.choice([0.5, 1.0]), 2),
-                        (day + timedelta(days=rng.randrange(3, 30))).isoformat()))
+            db.execute(
+                "INSERT INTO refunds VALUES (?, ?, ?, ?)",
+                (
+                    refund_id,
+                    order_id,
+                    round(total * rng.choice([0.5, 1.0]), 2),
+                    (day + timedelta(days=rng.randrange(3, 30))).isoformat(),
+                ),
+            )
     db.commit()
     db.close()
     return path

@@ -99,26 +99,54 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .errors import (ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError,
-                         RunInterrupted, SandboxError, StoreError)
-    from .evaluate.checks import (Check, CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
-                                  PythonScriptCheck, RegexCheck)
+    from .errors import (
+        ConfigError,
+        ModelError,
+        ModelNotInstalled,
+        ModelUnavailable,
+        ReflexaError,
+        RunInterrupted,
+        SandboxError,
+        StoreError,
+    )
+    from .evaluate.checks import (
+        Check,
+        CheckContext,
+        CommandCheck,
+        JsonSchemaCheck,
+        LLMJudge,
+        PytestCheck,
+        PythonScriptCheck,
+        RegexCheck,
+    )
     from .evaluate.sandbox import Limits, Sandbox
     from .loops.react import react
     from .loops.refine import refine
     from .loops.research import research
     from .loops.session import Session
     from .loops.trials import trials
-    from .search.cache import SearchCache
-    from .search.corpus import LocalCorpus
-    from .reflect.experience import ExperienceLibrary
-    from .reflect.governor import Governor
-    from .tools.registry import Observation, Tool, ToolError, ToolRegistry, tool
-    from .tools.sql import sql_tools
     from .models.base import Completion, Model
     from .models.scripted import ScriptedModel
     from .models.spec import resolve as resolve_model
+    from .reflect.experience import ExperienceLibrary
+    from .reflect.governor import Governor
+    from .search.cache import SearchCache
+    from .search.corpus import LocalCorpus
+    from .tools.registry import Observation, Tool, ToolError, ToolRegistry, tool
+    from .tools.sql import sql_tools
     from .trace.sqlite import SQLiteStore
     from .trace.store import MemoryStore
-    from .types import (Budget, Control, ErrorCode, Lesson, Result, Role, Signal, Status, Step, StopReason, Usage,
-                        Verdict)
+    from .types import (
+        Budget,
+        Control,
+        ErrorCode,
+        Lesson,
+        Result,
+        Role,
+        Signal,
+        Status,
+        Step,
+        StopReason,
+        Usage,
+        Verdict,
+    )

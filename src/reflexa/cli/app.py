@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -28,10 +28,10 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec: local, openai:MODEL, "
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec: local, openai:MODEL, "
                      "openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, scripted:FILE. Default: $REFLEXA_MODEL, "
                      "reflexa.toml, then local.", show_default=False)]
-TraceOpt = Annotated[Optional[Path], typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
+TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
                      "trace.db in the user data directory.", show_default=False)]
 
 
@@ -114,19 +114,19 @@ def refine_checks(*, tests: Path | None, check: str | None, out: str | None, jud
 @app.command()
 def refine(
     task: Annotated[str, typer.Option("--task", "-t", help="The task: a file (.md, .txt) or the text itself.")],
-    tests: Annotated[Optional[Path], typer.Option("--tests", help="A pytest file that imports the candidate "
+    tests: Annotated[Path | None, typer.Option("--tests", help="A pytest file that imports the candidate "
                      "from module `solution` (or from the --out file's module).", show_default=False)] = None,
-    check: Annotated[Optional[str], typer.Option("--check", help="A shell command run in a scratch copy of "
+    check: Annotated[str | None, typer.Option("--check", help="A shell command run in a scratch copy of "
                      "this directory with the candidate written to --out; exit 0 passes.", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where the candidate goes for --check, "
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where the candidate goes for --check, "
                    "and where the best candidate is written at the end.", show_default=False)] = None,
     force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1, help="Attempts at most.")] = 3,
-    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
-    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget.")] = None,
-    max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
@@ -202,16 +202,16 @@ def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, m
 def react(
     goal: Annotated[str, typer.Argument(help="The question or goal.")],
     db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
-    validate: Annotated[Optional[str], typer.Option("--validate", help="Check the final answer: an SQL query "
+    validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer: an SQL query "
                         "that must return a row (the answer is :answer), or a shell command that must exit 0 (the "
                         "answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.",
                         show_default=False)] = None,
     write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute tool).")] = False,
     model: ModelOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
-    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output), over all trials.")] = None,
-    max_calls: Annotated[Optional[int], typer.Option(min=1, help="Model-call budget, over all trials.")] = None,
-    max_seconds: Annotated[Optional[float], typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all trials.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget, over all trials.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     max_reflections: Annotated[int, typer.Option(min=0, help="Reflector calls per run.")] = 2,
     trials_count: Annotated[int, typer.Option("--trials", min=1, help="Whole attempts, each learning from the "
                             "last one's failure; one budget covers them all.")] = 1,
@@ -346,13 +346,13 @@ def _print_answer(result, *, as_json: bool) -> None:  # noqa: ANN001
 @app.command("research")
 def research_cmd(
     question: Annotated[str, typer.Argument(help="The question to answer from evidence.")],
-    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Folder of documents (indexed on the fly).")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", help="Folder of documents (indexed on the fly).")] = None,
     search: Annotated[str, typer.Option("--search", help="Search backend: local (default, needs --corpus), tavily, "
                       "ddgs or wikipedia.")] = "local",
     model: ModelOpt = None,
     max_rounds: Annotated[int, typer.Option("--max-rounds", "--max-iterations", min=1,
                                             help="Search-and-revise rounds at most.")] = 2,
-    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Token budget (input + output).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
     trace: TraceOpt = None,

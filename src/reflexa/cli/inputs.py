@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
+
 def read_text_file(path: Path, what: str) -> str:
     """A UTF-8 text file's content, or one clear error (missing, a directory, binary, not UTF-8)."""
     if path.is_dir():

@@ -10,11 +10,11 @@ from typing import Any, Literal
 from ..reflect import Facts, Outcome, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
-from ..tools.registry import Observation, Tool, ToolRegistry, ToolSession, interrupted_effects, effect_tool
+from ..tools.registry import Blocks, Observation, Tool, ToolRegistry, ToolSession, effect_tool, interrupted_effects
 from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, StopReason, Usage, payload
-from ..tools.registry import Blocks
 from . import react_prompts as prompts
-from .session import Episode, Outcome as RunOutcome, Session, run_loop
+from .session import Episode, Session, run_loop
+from .session import Outcome as RunOutcome
 
 MAX_STEPS = 8
 """Steps a react run takes at most by default."""

@@ -12,13 +12,25 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..evaluate.citations import audit, clean, cited, strip_references, verified
+from ..evaluate.citations import audit, cited, clean, strip_references, verified
 from ..runtime import Run, Stop
 from ..search.base import Evidence, SearchBackend, SearchError
 from ..search.cache import SearchCache, normalise_query
 from ..search.distill import distill
-from ..types import (Budget, ErrorCode, Payload, Result, Role, Serial, Signal, Status, StopReason, Usage, Verdict,
-                     payload)
+from ..types import (
+    Budget,
+    ErrorCode,
+    Payload,
+    Result,
+    Role,
+    Serial,
+    Signal,
+    Status,
+    StopReason,
+    Usage,
+    Verdict,
+    payload,
+)
 from . import research_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 

@@ -1,0 +1,118 @@
+"""No model reply crashes a loop: Hypothesis feeds refine, react and research arbitrary replies (text with
+lone surrogates, deep JSON, wrong shapes, reserved tool names, empty answers, hostile citations) and every
+run must end with a stop reason in the store, never an exception and never `running`.
+
+`REFLEXA_FUZZ_EXAMPLES` sets the examples per loop (CI: 400, so 1,200 in all); `bench/fuzz_soak.py` runs more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reflexa import ScriptedModel, Session, Signal, SQLiteStore, StopReason, react, refine, research, tool
+from reflexa.search import Evidence
+from reflexa.types import ErrorCode
+
+EXAMPLES = int(os.environ.get("REFLEXA_FUZZ_EXAMPLES", "400"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                       HealthCheck.data_too_large])
+
+any_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=200)  # surrogates included
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), any_text)
+json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                             st.dictionaries(any_text, inner, max_size=4)),
+                          max_leaves=20)
+deep = st.integers(1, 3000).map(lambda n: "[" * n + "]" * n)
+deep_object = st.integers(1, 3000).map(lambda n: '{"action": ' + '{"a": ' * n + "1" + "}" * n + "}")
+tool_names = st.one_of(st.sampled_from(["lookup", "charge", "final_answer", "(page)", "(invalid)", "", "nope"]), any_text)
+args = st.one_of(st.dictionaries(st.sampled_from(["key", "amount", "answer", "page", "sql"]), json_leaf, max_size=3),
+                 json_value)
+action = st.builds(lambda t, a, th, c: {"action": {"thought": th, "tool": t, "args": a, "confidence": c}},
+                   tool_names, args, any_text, st.one_of(st.none(), st.floats(allow_nan=True)))
+lesson = st.fixed_dictionaries({"failure_step": any_text, "observed_mismatch": any_text, "root_cause": any_text,
+                                "correction": any_text},
+                               optional={"control": st.sampled_from(["none", "block_tool", "block_value", "force_action",
+                                                                     "bogus"]),
+                                         "control_tool": tool_names, "control_value": any_text})
+citation_text = st.lists(st.sampled_from(["Paris [1].", "moved [99].", "[1, 99]", "[ 2 ]", "http://evil.example",
+                                          "[x](http://evil.example)", "\ud800", "[UNCERTAIN: x]", "plain."]),
+                         max_size=6).map(" ".join)
+draft = st.builds(lambda a, m, q: {"answer": a, "reflection": {"missing": m, "superfluous": []}, "search_queries": q},
+                  st.one_of(citation_text, any_text), st.lists(any_text, max_size=3), st.lists(any_text, max_size=4))
+reply = st.one_of(any_text, json_value, deep, deep_object, action, lesson, draft,
+                  st.builds(lambda t: f"Plan: x\n```python\n{t}\n```", any_text))
+replies = st.lists(reply, max_size=10)
+
+
+class Expect:
+    name, subjective = "expect", False
+
+    def run(self, candidate, context):
+        ok = candidate.strip() == "good"
+        return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, "wanted good", score=0.5)
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    if key == "bad":
+        raise ValueError("refused")
+    return "x" * 3000 if key == "big" else f"value of {key}"
+
+
+@tool(side_effect=True)
+def charge(amount: int) -> str:
+    """Charge an amount."""
+    return f"charged {amount}"
+
+
+class Corpus:
+    name = "fuzz"
+
+    def search(self, query, k):
+        return [Evidence("e1", "https://good.example/a", "Title http://evil.example", "Paris is the capital.")]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return SQLiteStore(tmp_path_factory.mktemp("fuzz") / "trace.db")
+
+
+def finished(store, result) -> None:
+    assert isinstance(result.stop_reason, StopReason)
+    record = store.get_run(result.run_id)
+    assert record is not None and record.status == "finished", record
+
+
+@FUZZ
+@given(replies)
+def test_refine_survives_any_reply(store, items):
+    finished(store, refine("task", [Expect()], session=Session(model=ScriptedModel(items), store=store)))
+
+
+@FUZZ
+@given(replies)
+def test_react_survives_any_reply(store, items):
+    result = react("goal", [lookup, charge], validator=lambda a: None if a else "empty",
+                   session=Session(model=ScriptedModel(items), store=store), max_steps=6)
+    finished(store, result)
+    if result.passed:
+        assert result.output and result.output.strip()  # an empty final answer is never a pass
+
+
+@FUZZ
+@given(replies)
+def test_research_survives_any_reply(store, items):
+    result = research("What is the capital of France?", Corpus(), session=Session(model=ScriptedModel(items),
+                                                                                   store=store))
+    finished(store, result)
+    text = result.output or ""
+    assert "evil.example" not in text
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", text.split("References:")[0])}
+    assert cited <= {1}  # only retrieved evidence is ever cited
