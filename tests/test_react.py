@@ -437,3 +437,35 @@ def test_tool_module_with_postponed_annotations(tmp_path):
     spec.loader.exec_module(module)
     registry = ToolSession(ToolRegistry([module.double, module.add]))
     assert registry.call("double", {"x": 4}).output == "8" and registry.call("add", {"a": 1}).output == "2"
+
+
+def test_a_resumed_step_with_other_arguments_is_a_new_call(tmp_path):
+    from reflexa import SQLiteStore
+
+    charges = []
+
+    @tool(side_effect=True)
+    def charge(amount: int) -> str:
+        """Charge the customer."""
+        charges.append(amount)
+        return f"charged {amount}"
+
+    path = tmp_path / "trace.db"
+
+    def killer(event, data):
+        if event == "step" and data.kind == "react":
+            raise Crash()
+
+    with pytest.raises(Crash):
+        react("charge", [charge], session=Session(model=ScriptedModel([act("charge", amount=5)]),
+                                                  store=SQLiteStore(path), observer=killer), max_steps=3)
+    store = SQLiteStore(path)
+    run_id = store.runs()[0].run_id
+    # Roll the run back to before its first step, as if the kill had come between the effect and the step.
+    store.db.execute("DELETE FROM steps WHERE run_id = ? AND kind = 'react'", (run_id,))
+    resumed = ScriptedModel([act("charge", amount=6), final("charged 6")])
+    result = react("charge", [charge], resume=run_id, validator=accept,
+                   session=Session(model=resumed, store=SQLiteStore(path)), max_steps=3)
+    assert charges == [5, 6] and result.passed
+    first = next(s for s in SQLiteStore(path).steps(run_id) if s.kind == "react").payload()
+    assert first.superseded and not first.replayed and "charged 6" in first.observation

@@ -104,6 +104,8 @@ class View:
     def acted(self, step: Step, a: Acted) -> None:
         mark = "[green]✓[/green]" if a.ok else f"[red]✗ {a.code}[/red]"
         replay = " [dim](replayed, not run again)[/dim]" if a.replayed else ""
+        if a.superseded:
+            replay = " [dim](differs from the call recorded before the resume: run as a new call)[/dim]"
         self.console.print(f"[bold]step {a.step}[/bold] {escape(a.thought)}\n  {escape(a.action)} {mark}{replay}\n"
                            f"  [dim]{escape(_snippet(a.observation, 6 if self.lines else None))}[/dim]")
 

@@ -82,6 +82,8 @@ class Acted(Payload):
     code: ErrorCode | None = None
     is_final: bool = False
     replayed: bool = False
+    superseded: bool = False
+    """Resumed with other arguments than the recorded call: run as a new call, not replayed."""
     checkpoint: Checkpoint | None = None
     """The state after this step, in the same committed row: a kill right after it loses nothing."""
 
@@ -180,7 +182,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
 
 def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation: Observation) -> None:
     ep.run.record(Acted(s.step, chosen.thought, action, observation.shown(), observation.ok, observation.code,
-                        isinstance(chosen.action, FinalAnswer), observation.replayed, ep.snapshot(s)), Role.GENERATOR)
+                        isinstance(chosen.action, FinalAnswer), observation.replayed, observation.superseded,
+                        ep.snapshot(s)), Role.GENERATOR)
 
 
 def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:

@@ -95,6 +95,9 @@ class Observation:
     suggestion: dict[str, Any] | None = None
     fatal: bool = False
     replayed: bool = False
+    """A recorded side effect returned again instead of running the tool a second time."""
+    superseded: bool = False
+    """A resumed step chose other arguments than the call recorded for it: this one ran as a new call."""
 
     def shown(self) -> str:
         if not self.ok:
@@ -237,7 +240,9 @@ class ToolSession:
         if key is not None:
             # Recorded before the loop's own step, so a crash right after the effect cannot repeat it.
             self.effects.put("effects", key, {k: getattr(observation, k) for k in observation.__slots__
-                                              if k != "replayed"})
+                                              if k not in ("replayed", "superseded")})
+            observation.superseded = any(other.startswith(key.rsplit(":", 1)[0] + ":") and other != key
+                                         for other, _ in self.effects.items("effects"))
         return observation
 
     def _invoke(self, t: Tool, args: dict[str, Any], valid: BaseModel) -> Observation:
