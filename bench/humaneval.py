@@ -1,15 +1,10 @@
-"""HumanEval on the embedded model: one attempt vs `refine` with test signals, with and without the governor.
+"""HumanEval: reflexa's `refine` against a single attempt and two naive loops, on the same problems.
 
-    .venv/bin/python bench/humaneval.py [--problems 40] [--model local] [--out bench/results/humaneval.json]
+    .venv/bin/python bench/humaneval.py [--problems 40] [--model local] [--strategies single,refine,n1,n2]
 
-Strategies, side by side on the same problems:
-  single           one attempt, no reflection (refine with max_iterations=1)
-  refine           up to 3 attempts, test signals, the reflector explains failures; context "latest"
-  refine-full      the same with context "full" (every earlier attempt in the prompt)
-  governor-pass1   `refine` with the ROI governor, starting cold (its statistics live in a fresh store)
-  governor-pass2   the same problems again, the governor warmed by pass 1
-Reports pass@1, tokens and calls per problem, and tokens per solved problem. Tests run in the sandbox.
-Greedy decoding makes `refine` deterministic, so its second pass without the governor equals its first.
+Strategies are described in bench/coding.py. Tests run in the sandbox; every strategy is scored by
+HumanEval's own tests. Rows go to bench/results/humaneval-rows.jsonl as they finish (a rerun resumes);
+the report to bench/results/humaneval.json. Run it alone on an idle machine: its seconds are wall time.
 """
 
 from __future__ import annotations
@@ -17,22 +12,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import random
 import re
-import time
 from importlib.resources import files
 from pathlib import Path
 
-from reflexa import CheckContext, Governor, MemoryStore, PythonScriptCheck, Session, refine, resolve_model
+from coding import Problem, bench
+
+from reflexa import CheckContext, PythonScriptCheck, resolve_model
 from reflexa.types import Signal
 
-STRATEGIES = {
-    "single": {"max_attempts": 1},
-    "refine": {"max_attempts": 3, "context": "latest"},
-    "refine-full": {"max_attempts": 3, "context": "full"},
-    "governor-pass1": {"max_attempts": 3, "context": "latest"},
-    "governor-pass2": {"max_attempts": 3, "context": "latest"},
-}
+RESULTS = Path(__file__).parent / "results"
 
 
 def load(n: int) -> list[dict]:
@@ -56,7 +45,7 @@ class HumanEvalCheck:
         prompt, entry = self.problem["prompt"], self.problem["entry_point"]
         if not re.search(rf"def\s+{re.escape(entry)}\s*\(", candidate):
             return prompt + candidate
-        imports = "\n".join(l for l in prompt.splitlines() if l.startswith(("import ", "from ")))
+        imports = "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
         return f"{imports}\n{candidate}"
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
@@ -67,73 +56,34 @@ def task_text(problem: dict) -> str:
     return f"Complete this Python function. Give the whole function.\n```python\n{problem['prompt']}```"
 
 
+def problems(n: int) -> list[Problem]:
+    out = []
+    for p in load(n):
+        check = HumanEvalCheck(p)
+        out.append(Problem(p["task_id"], task_text(p), check, lambda c, check=check: check.run(c, CheckContext()).ok))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=40)
     parser.add_argument("--model", default="local")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default="single,refine,n1,n2")
     parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/humaneval.json"))
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
+    parser.add_argument("--name", default="humaneval", help="file stem under bench/results/")
     args = parser.parse_args()
-
     model = resolve_model(args.model)
-    problems = load(args.problems)
-    report: dict = {"model": model.name, "problems": len(problems), "strategies": {}}
-    governed = MemoryStore()  # shared by both governor passes: pass 2 sees what pass 1 learned
-    governor = Governor(governed, rng=random.Random(0))
-    for name in args.strategies.split(","):
-        rows, started = [], time.monotonic()
-        for problem in problems:
-            governed_run = name.startswith("governor")
-            session = Session(model=model, store=MemoryStore(), governor=governor if governed_run else None)
-            result = refine(
-                task_text(problem),
-                [HumanEvalCheck(problem)],
-                session=session,
-                max_tokens=args.max_tokens,
-                family="humaneval",
-                **STRATEGIES[name],
-            )
-            total = result.total_usage
-            rows.append(
-                {
-                    "task_id": problem["task_id"],
-                    "passed": result.passed,
-                    "stop": result.stop_reason.value,
-                    "tokens": total.total_tokens,
-                    "calls": total.calls,
-                    "iterations": result.iterations,
-                    "governor": result.notes[0] if result.notes else None,
-                }
-            )
-        solved = sum(r["passed"] for r in rows)
-        tokens = sum(r["tokens"] for r in rows)
-        report["strategies"][name] = {
-            "solved": solved,
-            "pass@1": solved / len(rows),
-            "tokens_per_problem": tokens / len(rows),
-            "calls_per_problem": sum(r["calls"] for r in rows) / len(rows),
-            "tokens_per_solved": tokens / solved if solved else None,
-            "seconds": round(time.monotonic() - started, 1),
-            "stops": {s: sum(r["stop"] == s for r in rows) for s in sorted({r["stop"] for r in rows})},
-            "rows": rows,
-        }
-        if name.startswith("governor"):
-            report["strategies"][name]["governor_cut"] = sum(
-                bool(r["governor"]) and "cut" in r["governor"] for r in rows
-            )
-            report["strategies"][name]["governor_probes"] = sum(
-                bool(r["governor"]) and "probe" in r["governor"] for r in rows
-            )
-        print(
-            f"{name:15s} solved {solved}/{len(rows)}  tokens/problem {tokens / len(rows):7.0f}  "
-            f"calls/problem {report['strategies'][name]['calls_per_problem']:.2f}  "
-            f"tokens/solved {tokens / solved if solved else float('nan'):8.0f}",
-            flush=True,
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"written to {args.out}")
+    report = bench(
+        problems(args.problems),
+        model,
+        args.strategies.split(","),
+        args.results / f"{args.name}-rows.jsonl",
+        args.results / f"{args.name}.json",
+        args.max_tokens,
+        {"model": model.name, "bench": "humaneval"},
+    )
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

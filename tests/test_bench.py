@@ -68,3 +68,35 @@ def test_hotpotqa_script(tmp_path):
     )
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
+
+
+def coding_replies(tmp_path, code: str) -> str:
+    replies = tmp_path / "r.json"
+    judge = "<evaluation>PASS</evaluation><feedback>fine</feedback>"
+    replies.write_text(json.dumps([f"Plan: x\n```python\n{code}\n```", judge] * 40))
+    return f"scripted:{replies}"
+
+
+def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
+    spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
+    args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
+    run(*args)
+    report = json.loads((tmp_path / "humaneval.json").read_text())
+    assert set(report["strategies"]) == {"single", "refine", "n1", "n2"}
+    rows = (tmp_path / "humaneval-rows.jsonl").read_text().splitlines()
+    assert len(rows) == 4
+    run(*args)  # a rerun skips the rows already there
+    assert len((tmp_path / "humaneval-rows.jsonl").read_text().splitlines()) == 4
+
+
+def test_mbpp_script_scores_hidden_tests(tmp_path):
+    data = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp-py-dev.jsonl"
+    if not data.is_file():
+        import pytest
+
+        pytest.skip("shared MBPP data not beside the checkout")
+    # Fits the visible test (volume_cube(3) == 27) and fails the hidden ones.
+    spec = coding_replies(tmp_path, "def volume_cube(l):\n    return 27")
+    run("bench/mbpp.py", "--model", spec, "--problems", "1", "--results", str(tmp_path), "--strategies", "single")
+    single = json.loads((tmp_path / "mbpp.json").read_text())["strategies"]["single"]
+    assert single["visible_pass"] == 1 and single["solved"] == 0 and single["visible_pass_hidden_fail"] == 1
