@@ -202,7 +202,7 @@ def bench(
             with rows_path.open("a") as handle:
                 handle.write(json.dumps(asdict(row)) + "\n")
             rows.append(row)
-            report = write_report(rows, problems, strategies, report_path, meta)
+            write_report(rows, problems, strategies, report_path, meta)
             print(
                 f"{name:10s} {p.id:28s} first={row.first_passed!s:5} final={row.passed!s:5} "
                 f"tokens={row.tokens:5d} calls={row.calls} {row.seconds:6.1f}s {row.stop}",

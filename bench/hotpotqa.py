@@ -65,7 +65,7 @@ def sentence_corpus(row: dict[str, Any]) -> LocalCorpus:
     corpus.add_passages(
         [
             (title, sentence, title, i)
-            for title, sentences in zip(row["context"]["title"], row["context"]["sentences"])
+            for title, sentences in zip(row["context"]["title"], row["context"]["sentences"], strict=True)
             for i, sentence in enumerate(sentences)
         ]
     )
@@ -75,7 +75,7 @@ def sentence_corpus(row: dict[str, Any]) -> LocalCorpus:
 def citation_scores(evidence: list[dict[str, Any]], answer: str, row: dict[str, Any]) -> tuple[int, int, int]:
     """(correct cited, cited, supporting facts)."""
     by_number = {e["n"]: e for e in evidence}
-    gold = set(zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"]))
+    gold = set(zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"], strict=True))
     cited_facts = {
         (by_number[n]["title"], int(by_number[n]["source"].rsplit("#", 1)[1])) for n in cited(answer) if n in by_number
     }
@@ -90,7 +90,7 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
         return "", [], run.finish(StopReason.ERROR, output=None, best=None, verdict=None, iterations=0)
     words = set(prompts.content_words(question))
     paragraphs = sorted(
-        zip(row["context"]["title"], row["context"]["sentences"]),
+        zip(row["context"]["title"], row["context"]["sentences"], strict=True),
         key=lambda p: -len(words & prompts.content_words(" ".join(p[1]))),
     )[:3]
     evidence = [(n, Evidence(f"{t}#0", f"{t}#0", t, " ".join(s))) for n, (t, s) in enumerate(paragraphs, 1)]

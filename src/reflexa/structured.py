@@ -10,23 +10,23 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError, WithJsonSchema
 
 Schema = type[BaseModel] | dict[str, Any]
 Message = dict[str, str]
 
 
-def capped(limit: int) -> Any:
-    """A string capped at `limit` characters twice over: the schema says maxLength (a grammar-constrained
-    backend cannot exceed it), and a longer string from any other backend is cut, not rejected."""
-    from typing import Annotated
+def _cut(limit: int) -> Callable[[str], str]:
+    return lambda text: text if len(text) <= limit else text[: limit - 1] + "…"
 
-    from pydantic import AfterValidator, WithJsonSchema
 
-    return Annotated[str, AfterValidator(lambda text: text if len(text) <= limit else text[: limit - 1] + "…"),
-                     WithJsonSchema({"type": "string", "maxLength": limit})]
+# Named so type checkers see a type, not a call: a field of one of these is a str capped at that length.
+Text80 = Annotated[str, AfterValidator(_cut(80)), WithJsonSchema({"type": "string", "maxLength": 80})]
+Text200 = Annotated[str, AfterValidator(_cut(200)), WithJsonSchema({"type": "string", "maxLength": 200})]
+Text300 = Annotated[str, AfterValidator(_cut(300)), WithJsonSchema({"type": "string", "maxLength": 300})]
+Text2000 = Annotated[str, AfterValidator(_cut(2000)), WithJsonSchema({"type": "string", "maxLength": 2000})]
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, field_validator
 
-from ..structured import Message, capped, extract_json
+from ..structured import Message, Text300, extract_json
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap
 from .sandbox import ExecResult, Limits, Sandbox
 
@@ -215,7 +215,7 @@ class Judgement(BaseModel):
     """What the LLM judge answers."""
 
     status: Literal["PASS", "NEEDS_IMPROVEMENT", "FAIL"]
-    reason: capped(300)
+    reason: Text300
 
     _norm = field_validator("status", mode="before")(_status)
 

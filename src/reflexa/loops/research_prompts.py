@@ -7,7 +7,7 @@ import re
 from pydantic import BaseModel, Field
 
 from ..search.base import Evidence
-from ..structured import Message, capped
+from ..structured import Message, Text200, Text2000
 
 MAX_QUERY_WORDS = 12
 MAX_QUERIES = 3
@@ -18,23 +18,23 @@ _STOP = {"the", "a", "an", "of", "in", "on", "and", "or", "to", "is", "was", "wh
 
 
 class Gaps(BaseModel):
-    missing: list[capped(200)] = Field(max_length=5)
-    superfluous: list[capped(200)] = Field(max_length=5)
+    missing: list[Text200] = Field(max_length=5)
+    superfluous: list[Text200] = Field(max_length=5)
 
 
 class Draft(BaseModel):
     """The first draft: the answer, what it lacks, and 1 to 3 searches that would fill the gaps. Every field
     is required, so a grammar-constrained model cannot skip its reflection (SmolLM2 did, every time)."""
 
-    answer: capped(2000)
+    answer: Text2000
     reflection: Gaps
-    search_queries: list[capped(200)] = Field(min_length=1, max_length=MAX_QUERIES)
+    search_queries: list[Text200] = Field(min_length=1, max_length=MAX_QUERIES)
 
 
 class Revision(Draft):
     """A revision: like a draft, but it may ask no further search."""
 
-    search_queries: list[capped(200)] = Field(default_factory=list, max_length=MAX_QUERIES)
+    search_queries: list[Text200] = Field(default_factory=list, max_length=MAX_QUERIES)
 
 
 SYSTEM = (

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
-from ..structured import capped
-from ..types import LESSON_FIELD_CHARS, Control, Lesson, Role, Signal, cap
+from ..structured import Text80, Text300
+from ..types import Control, Lesson, Role, Signal, cap
 
 if TYPE_CHECKING:
     from ..runtime import Run
@@ -36,14 +36,14 @@ SYSTEM = (
 class Reflection(BaseModel):
     """What the reflector answers: every string capped (schema and code), the reply by REPLY_TOKENS."""
 
-    failure_step: capped(LESSON_FIELD_CHARS)
-    observed_mismatch: capped(LESSON_FIELD_CHARS)
-    root_cause: capped(LESSON_FIELD_CHARS)
-    correction: capped(LESSON_FIELD_CHARS)
+    failure_step: Text300
+    observed_mismatch: Text300
+    root_cause: Text300
+    correction: Text300
     control: Literal["none", "block_tool", "block_value", "force_action"] = "none"
-    control_tool: capped(80) = ""
-    control_arg: capped(80) = ""
-    control_value: capped(300) = ""
+    control_tool: Text80 = ""
+    control_arg: Text80 = ""
+    control_value: Text300 = ""
 
 
 def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: Signal, snippet: str) -> str:
