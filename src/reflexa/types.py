@@ -61,6 +61,10 @@ class ErrorCode(StrEnum):
     REPEATED = "REPEATED"
     LOW_CONFIDENCE = "LOW_CONFIDENCE"
     VALIDATION_FAILED = "VALIDATION_FAILED"
+    NO_TEST_REPORT = "NO_TEST_REPORT"
+    """The tests did not run to the end: the process exited early or left no harness report."""
+    TAMPERED = "TAMPERED"
+    """The candidate changed the test apparatus: the test file, pytest's internals, or test outcomes."""
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")
