@@ -207,3 +207,19 @@ def test_a_reused_pid_does_not_keep_a_lease(tmp_path):
     # Our own pid, but a start time that is not ours: the process that took the lease is gone.
     store.db.execute("INSERT INTO leases VALUES ('r', 'old', ?, ?, 1, 0, 0)", (os.getpid(), HOST))
     store.acquire_lease("r", "me", os.getpid())
+
+
+def test_opening_a_new_file_waits_out_a_reader_that_blocks_the_wal_switch(tmp_path, monkeypatch):
+    import threading
+
+    import reflexa.trace.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    path = tmp_path / "t.db"
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)  # rollback-journal mode
+    reader.execute("CREATE TABLE t (x)")
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM t").fetchall()  # holds a shared lock: no WAL switch until it ends
+    threading.Timer(0.4, lambda: reader.execute("COMMIT")).start()
+    store = SQLiteStore(path)  # one busy timeout would fail ("database is locked"); the retries succeed
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

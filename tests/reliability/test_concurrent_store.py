@@ -20,7 +20,7 @@ OUTCOMES = 25
 def _worker(path: str, barrier, errors) -> None:
     try:
         store = SQLiteStore(path)  # on a cold file, every worker races to create and migrate it
-        barrier.wait(60)
+        barrier.wait(30)
         run_id = f"run-{os.getpid()}"
         store.start_run(RunRecord(run_id, "refine", "t", started_at=0.0))
         library, governor = ExperienceLibrary(store), Governor(store)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -24,6 +25,8 @@ from .store import LEASE_TTL, Lease, RunRecord, apply_incr, decide_lease, step_f
 
 BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another process's lock before failing."""
+OPEN_ATTEMPTS = 4
+"""Opening (WAL switch, migrations) is retried this many times when the file stays locked."""
 
 
 MIGRATIONS: list[str] = [
@@ -79,34 +82,54 @@ class SQLiteStore:
         self.lease_ttl = lease_ttl
         # One connection shared by threads: a transaction must not interleave with another thread's writes.
         self._lock = threading.RLock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: autocommit, so each step is committed the moment it is written.
-            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the trace store at {self.path}: {exc}",
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = self._open()
+                return
+            except sqlite3.OperationalError as exc:
+                # A new file that many processes open at once: switching it to WAL needs every other
+                # connection's lock released, which the busy timeout alone may not see under load.
+                if "locked" in str(exc) and attempt + 1 < OPEN_ATTEMPTS:
+                    time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+                    continue
+                error: Exception = exc
+            except (sqlite3.Error, OSError) as exc:
+                error = exc
+            raise StoreError(f"cannot open the trace store at {self.path}: {error}",
                              hint="pass --trace PATH or set REFLEXA_TRACE to a writable file") from None
 
-    def _migrate(self) -> None:
-        if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: autocommit, so each step is committed the moment it is written.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        if db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
             return
         # Read the version inside the write lock: two processes opening a new file must not both migrate.
-        self.db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")
         try:
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in (s.strip() for s in script.split(";")):
                     if statement:
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version={number}")
-            self.db.execute("COMMIT")
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={number}")
+            db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
