@@ -4,8 +4,17 @@ from pathlib import Path
 import pytest
 
 from reflexa import ScriptedModel
-from reflexa.evaluate.checks import (CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck, PythonScriptCheck,
-                                     RegexCheck, pytest_score, run_checks)
+from reflexa.evaluate.checks import (
+    CheckContext,
+    CommandCheck,
+    JsonSchemaCheck,
+    LLMJudge,
+    PytestCheck,
+    PythonScriptCheck,
+    RegexCheck,
+    pytest_score,
+    run_checks,
+)
 from reflexa.runtime import Run
 from reflexa.types import Budget, ErrorCode, Status
 
@@ -93,11 +102,11 @@ CHEATS = {
     "sys.exit at import": ("import sys\nsys.exit(0)\n", ErrorCode.NO_TEST_REPORT),
     "a printed pytest summary, then exit 0": ("print('==== 3 passed in 0.01s ====')\nimport os\nos._exit(0)\n",
                                              ErrorCode.NO_TEST_REPORT),
-    "pytest patched so no test runs": ("import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
-                                       "def is_prime(n):\n    return False\n", ErrorCode.TAMPERED),
-    "test file overwritten": ("open('test_solution.py', 'w').write('def test_x():\\n    pass\\n')\n"
-                              "def is_prime(n):\n    return False\n", ErrorCode.TAMPERED),
-    "a plugin rewrites failures as passes": (
+    "pytest patched so no test runs": (("import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
+                                        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+    "test file overwritten": (("open('test_solution.py', 'w').write('def test_x():\\n    pass\\n')\n"
+                               "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+    "a plugin rewrites failures as passes": ((
         "import pytest, _pytest.config\n"
         "class Cheat:\n"
         "    @pytest.hookimpl(hookwrapper=True)\n"
@@ -110,7 +119,7 @@ CHEATS = {
         "for obj in gc.get_objects():\n"
         "    if isinstance(obj, _pytest.config.Config):\n"
         "        obj.pluginmanager.register(Cheat(), 'cheat')\n"
-        "def is_prime(n):\n    return False\n", ErrorCode.TAMPERED),
+        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
 }
 
 

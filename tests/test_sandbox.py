@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reflexa.evaluate.checks import PythonScriptCheck, CheckContext
+from reflexa.evaluate.checks import CheckContext, PythonScriptCheck
 from reflexa.evaluate.sandbox import Limits, Sandbox
 from reflexa.types import ErrorCode
 

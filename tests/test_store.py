@@ -1,7 +1,13 @@
 import multiprocessing
+import os
+import signal
 import sqlite3
+import time
 
-from reflexa import Budget, ScriptedModel, SQLiteStore, refine
+import pytest
+
+from reflexa import Budget, MemoryStore, ScriptedModel, SQLiteStore, refine
+from reflexa.errors import RunLeased
 from reflexa.trace.sqlite import MIGRATIONS
 from reflexa.trace.store import RunRecord
 from reflexa.types import Signal, Step, Usage
@@ -82,15 +88,6 @@ def test_unwritable_store_is_a_store_error(tmp_path):
 
 
 # --- text that is storable, literal prefixes, filters --------------------------------------------------
-
-import os  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-
-import pytest  # noqa: E402
-
-from reflexa import MemoryStore  # noqa: E402
-from reflexa.errors import RunLeased  # noqa: E402
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from collections.abc import Iterable
 from typing import Any
 
 

@@ -141,8 +141,8 @@ def _namespace_prefix() -> tuple[str, ...] | None:
         return None
     user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
     prefix = (unshare, *user, "--mount", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
-    probe = subprocess.run([*prefix, "/bin/sh", "-c", "mount -t tmpfs reflexa-probe /mnt 2>/dev/null "
-                            "|| mount -t tmpfs reflexa-probe /tmp"], capture_output=True, timeout=10)
+    probe_mount = "mount -t tmpfs reflexa-probe /mnt 2>/dev/null || mount -t tmpfs reflexa-probe /tmp"
+    probe = subprocess.run([*prefix, "/bin/sh", "-c", probe_mount], capture_output=True, timeout=10, check=False)
     return prefix if probe.returncode == 0 else None
 
 
@@ -317,7 +317,7 @@ def _interpreter_paths() -> tuple[Path, ...]:
            os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)]
     try:
         probe = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                               capture_output=True, text=True, timeout=30, cwd="/",
+                               capture_output=True, text=True, timeout=30, cwd="/", check=False,
                                env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")})
         raw += json.loads(probe.stdout)
     except (OSError, ValueError, subprocess.SubprocessError):
