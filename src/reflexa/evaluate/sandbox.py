@@ -36,7 +36,6 @@ import os
 import pwd
 import resource
 import secrets
-import shlex
 import shutil
 import signal
 import stat
@@ -64,29 +63,6 @@ REPORT_BYTES = 256 * 1024
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
 """Replaced by empty private tmpfs mounts in the sandbox, with the home directories: where host sockets,
 shared memory and other users' scratch files live."""
-
-# Runs as the first process of the new namespaces (see _mount_script for the part in the middle): make
-# the mount tree private, hide /tmp & co. behind empty tmpfs mounts, keep the scratch dir writable,
-# remount everything else read-only, then run the command as a child so that the command is not PID 1
-# (PID 1 ignores default-action signals such as SIGXCPU). When this shell exits, the kernel kills
-# whatever the command left behind in the PID namespace.
-_SETUP_HEAD = r"""
-set -e
-mount -n --make-rprivate /
-mount -n --bind "$1" "$1"
-"""
-_SETUP_TAIL = r"""
-cd "$1"  # re-enter through the new writable mount
-for m in $(awk '{print $5}' /proc/self/mountinfo | sort -ru); do
-  [ "$m" = "$1" ] && continue
-  mount -n -o remount,bind,ro "$m" 2>/dev/null || true
-done
-shift
-set +e
-"$@"
-exit $?
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -330,34 +306,30 @@ def _interpreter_paths() -> tuple[Path, ...]:
     return tuple(p for p in paths if not any(q != p and _under(p, q) for q in paths))
 
 
-def _mount_script(scratch: Path) -> str:
-    """Shell lines that replace each hidden directory by an empty tmpfs holding only what must stay
-    reachable (the scratch dir, writable; the interpreter, read-only).
+def _mount_plan(scratch: Path) -> dict[str, Any]:
+    """What _nsinit.py does to the mount namespace: which directories to hide behind an empty tmpfs, and
+    what to bind back into each (the scratch dir, writable; the interpreter's paths, read-only).
 
-    Each tmpfs is built at a staging directory inside the scratch dir while the originals are still
-    visible, then moved over its target. The target that contains the scratch dir moves last: until
-    then the staging directories must stay reachable through the old path."""
+    Each tmpfs is staged inside the scratch dir, then moved over its target; the target that contains
+    the scratch dir moves last, since until then the staging dirs must stay reachable by their path."""
     keep = _interpreter_paths()
     stage = scratch / ".reflexa-mounts"
-    q = shlex.quote
-    lines: list[str] = []
-    moves: list[str] = []
-    targets = _hidden_dirs()
-    targets.sort(key=lambda t: _under(scratch, t))  # the one holding the scratch dir last
+    targets = sorted(_hidden_dirs(), key=lambda t: _under(scratch, t))
+    hide = []
     for i, target in enumerate(targets):
         tmp = stage / str(i)
-        lines += [f"mkdir -p {q(str(tmp))}",
-                  f"mount -n -t tmpfs -o size=64k,nr_inodes=512,mode=755,nosuid,nodev reflexa-empty {q(str(tmp))}"]
-        binds = [(p, "--rbind") for p in keep if _under(p, target) and not _under(scratch, p)]
+        binds = [[str(p), str(tmp / p.relative_to(target)), True]
+                 for p in keep if _under(p, target) and not _under(scratch, p)]
         if _under(scratch, target) and not any(_under(scratch, p) for p in keep):
-            binds.append((scratch, "--bind"))  # not --rbind: the staging mounts live inside it
-        for path, how in binds:
-            inner = tmp / path.relative_to(target)
-            lines += [f"mkdir -p {q(str(inner))}", f"mount -n {how} {q(str(path))} {q(str(inner))}"]
-        moves.append(f"mount -n --move {q(str(tmp))} {q(str(target))}")
-    if not targets:
-        return ""
-    return "\n".join([*lines, *moves, f"rm -rf {q(str(stage))}", ""])
+            # Not recursive: the staging mounts live inside the scratch dir.
+            binds.append([str(scratch), str(tmp / scratch.relative_to(target)), False])
+        hide.append([str(tmp), str(target), binds])
+    return {"scratch": str(scratch), "stage": str(stage), "hide": hide}
+
+
+@cache
+def _nsinit_source() -> str:
+    return (Path(__file__).parent / "_nsinit.py").read_text()
 
 
 # --- copying a working directory into the scratch dir -----------------------------------------------
@@ -537,8 +509,8 @@ class Sandbox:
         if prefix:
             setpriv = (shutil.which("setpriv") or "setpriv", "--no-new-privs", "--bounding-set=-all",
                        "--inh-caps=-all", "--")
-            script = _SETUP_HEAD + _mount_script(scratch) + _SETUP_TAIL
-            command = [*prefix, "/bin/sh", "-c", script, "sandbox", str(scratch), *setpriv, *argv]
+            init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
+            command = [*prefix, *init, *setpriv, *argv]
         else:
             command = list(argv)
         env = {
@@ -630,7 +602,7 @@ class Sandbox:
         if code is not None and code < 0:
             killed_by = _signal_name(-code)
         elif prefix and code is not None and code > 128:
-            killed_by = _signal_name(code - 128)  # the setup shell reports a signal death as 128+n
+            killed_by = _signal_name(code - 128)  # _nsinit.py reports a signal death as 128+n
         return ExecResult(
             returncode=None if timed_out else code,
             stdout=b"".join(out).decode(errors="replace"),
