@@ -223,3 +223,14 @@ def test_command_check_copy_skips_dotfiles_ignored_files_and_outside_links(tmp_p
     for absent in ("./.env", "./.secrets", "./run.log", "./build", "./data.bin\n", "./leak"):
         assert absent not in listing, absent
     assert CANARY not in listing and CANARY not in signal.message
+
+
+def test_a_tree_over_its_memory_cap_is_a_resource_limit_signal():
+    from reflexa.evaluate.checks import signal_from_exec, signal_from_report
+    from reflexa.evaluate.sandbox import ExecResult, Limits
+
+    result = ExecResult(None, "", "Killed", timed_out=False, duration=1.0, killed_by="SIGKILL",
+                        memory_exceeded=True)
+    for signal in (signal_from_report("t", result, Limits(tree_memory_mb=512)),
+                   signal_from_exec("t", result, Limits(tree_memory_mb=512))):
+        assert signal.code is ErrorCode.RESOURCE_LIMIT and "512 MiB" in signal.message and signal.score == 0.0

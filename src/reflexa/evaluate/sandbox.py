@@ -8,10 +8,10 @@ What it stops, where the machine allows (see `Sandbox.isolation` for what is in 
 - fork bombs: a pids cgroup when running as root (root ignores RLIMIT_NPROC), else RLIMIT_NPROC;
 - writes outside its scratch directory: a private mount namespace where every mount except the
   scratch directory is remounted read-only, and all capabilities dropped so it cannot remount them;
-- host sockets and shared memory: /tmp, /run, /dev/shm and the home directories are replaced by empty
-  private tmpfs mounts (the scratch directory and the interpreter are bound back in), so a Unix socket
-  there cannot be reached; a private IPC namespace, so SysV shared memory, message queues and
-  semaphores neither reach the host's nor outlive the run;
+- host sockets and shared memory: /tmp, /var/tmp, /run, /dev/shm and the home directories are replaced
+  by empty private tmpfs mounts (the scratch directory and the interpreter are bound back in; see
+  _nsinit.py), so a Unix socket there cannot be reached; a private IPC namespace, so SysV shared memory,
+  message queues and semaphores neither reach the host's nor outlive the run;
 - network: a fresh network namespace with no interfaces (not even loopback is up), which also hides
   abstract Unix sockets;
 - processes that outlive the run: a private PID namespace, whose processes the kernel kills when its
