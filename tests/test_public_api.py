@@ -7,8 +7,8 @@ PUBLIC = [
     "Budget", "Check", "CheckContext", "CommandCheck", "Completion", "ConfigError", "Control", "ErrorCode",
     "ExperienceLibrary", "Governor", "JsonSchemaCheck", "LLMJudge", "Lesson", "Limits", "MemoryStore", "Model",
     "ModelError", "ModelNotInstalled", "ModelUnavailable", "Observation", "PytestCheck", "PythonScriptCheck",
-    "ReflexaError", "RegexCheck", "Result", "Role", "SQLiteStore", "Sandbox", "SandboxError", "ScriptedModel",
-    "Signal", "Status", "Step", "StopReason", "StoreError", "Tool", "ToolError", "ToolRegistry", "Usage",
+    "ReflexaError", "RegexCheck", "Result", "Role", "RunLeased", "SQLiteStore", "Sandbox", "SandboxError",
+    "ScriptedModel", "Signal", "Status", "Step", "StopReason", "StoreError", "Tool", "ToolError", "ToolRegistry", "Usage",
     "Verdict", "react", "refine", "resolve_model", "sql_tools", "tool", "trials",
 ]
 

@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "ModelNotInstalled": "reflexa.errors",
     "ModelUnavailable": "reflexa.errors",
     "ReflexaError": "reflexa.errors",
+    "RunLeased": "reflexa.errors",
     "SandboxError": "reflexa.errors",
     "StoreError": "reflexa.errors",
 }
@@ -93,7 +94,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .errors import (ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError,
-                         SandboxError, StoreError)
+                         RunLeased, SandboxError, StoreError)
     from .evaluate.checks import (Check, CheckContext, CommandCheck, JsonSchemaCheck, LLMJudge, PytestCheck,
                                   PythonScriptCheck, RegexCheck)
     from .evaluate.sandbox import Limits, Sandbox
