@@ -10,6 +10,7 @@ from reflexa.evaluate.checks import (
     JsonSchemaCheck,
     LLMJudge,
     PytestCheck,
+    PythonScriptCheck,
     RegexCheck,
     pytest_score,
     run_checks,
@@ -96,3 +97,144 @@ def test_llm_judge_unusable_reply_is_a_schema_signal():
     run = Run("test", "task", model, budget=Budget())
     signal = LLMJudge().run("answer", CheckContext("task", ask=run.call))
     assert not signal.ok and signal.code is ErrorCode.SCHEMA and model.calls == 2
+
+
+# --- passes that cannot be faked ------------------------------------------------------------------------
+
+CHEATS = {
+    "os._exit at import": ("import os\nos._exit(0)\n", ErrorCode.NO_TEST_REPORT),
+    "sys.exit at import": ("import sys\nsys.exit(0)\n", ErrorCode.NO_TEST_REPORT),
+    "a printed pytest summary, then exit 0": ("print('==== 3 passed in 0.01s ====')\nimport os\nos._exit(0)\n",
+                                             ErrorCode.NO_TEST_REPORT),
+    "pytest patched so no test runs": (("import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
+                                        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+    "test file overwritten": (("open('test_solution.py', 'w').write('def test_x():\\n    pass\\n')\n"
+                               "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+    "a plugin rewrites failures as passes": ((
+        "import pytest, _pytest.config\n"
+        "class Cheat:\n"
+        "    @pytest.hookimpl(hookwrapper=True)\n"
+        "    def pytest_runtest_makereport(self, item, call):\n"
+        "        outcome = yield\n"
+        "        report = outcome.get_result()\n"
+        "        report.outcome = 'passed'\n"
+        "        report.longrepr = None\n"
+        "import gc\n"
+        "for obj in gc.get_objects():\n"
+        "    if isinstance(obj, _pytest.config.Config):\n"
+        "        obj.pluginmanager.register(Cheat(), 'cheat')\n"
+        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_pytest_check_cannot_be_faked(cheat):
+    candidate, code = CHEATS[cheat]
+    signal = PytestCheck(EXAMPLE / "test_solution.py").run(candidate, CheckContext())
+    assert not signal.ok and signal.code is code and signal.score == 0.0, signal
+    assert signal.message
+
+
+def test_pytest_check_refuses_a_file_that_collects_nothing(tmp_path):
+    tests = tmp_path / "test_empty.py"
+    tests.write_text("from solution import f\n")
+    signal = PytestCheck(tests).run("def f():\n    return 1\n", CheckContext())
+    assert not signal.ok and signal.code is ErrorCode.TEST_FAILED and "no tests" in signal.message
+
+
+HUMANEVAL_TESTS = ("def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0], 0.3) == True\n"
+                   "    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True\n"
+                   "    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.8) == False\n"
+                   "check(has_close_elements)\n")
+
+
+@pytest.mark.parametrize("candidate,code", [
+    ("import os\nos._exit(0)\n", ErrorCode.NO_TEST_REPORT),
+    ("import sys\nsys.exit(0)\n", ErrorCode.NO_TEST_REPORT),
+    ("import sys\ndef has_close_elements(xs, t):\n    sys.exit(0)\n", ErrorCode.NO_TEST_REPORT),
+    ("def has_close_elements(xs, t):\n    return True\nx = '''\n", ErrorCode.TEST_FAILED),  # cannot swallow the tests
+])
+def test_python_script_check_cannot_be_faked(candidate, code):
+    signal = PythonScriptCheck(HUMANEVAL_TESTS).run(candidate, CheckContext())
+    assert not signal.ok and signal.code is code and signal.score == 0.0, signal
+
+
+def test_python_script_check_names_the_actual_value():
+    check = PythonScriptCheck(HUMANEVAL_TESTS)
+    good = "def has_close_elements(xs, t):\n    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[i + 1:])\n"
+    assert check.run(good, CheckContext()).ok
+    wrong = check.run("def has_close_elements(xs, t):\n    return t < 0.5\n", CheckContext())
+    assert wrong.code is ErrorCode.TEST_FAILED and wrong.score is None  # ran, but wrong: revise
+    assert "assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True failed: got False" in wrong.message
+
+
+@pytest.mark.parametrize("tests,expected", [
+    ("assert f(2)\n", "assert f(2) failed: got 0"),
+    ("assert not f(3)\n", "assert not f(3) failed: got 1"),
+    ("class T:\n    def go(self):\n        assert f(4) == 5, 'four'\nT().go()\n", "assert f(4) == 5 failed: got 0 (four)"),
+    ("assert f(1) == 0 == 0\n", "AssertionError at `tests.py:1: assert f(1) == 0 == 0`"),  # chained: left as written
+])
+def test_assertion_messages(tests, expected):
+    signal = PythonScriptCheck(tests).run("def f(n):\n    return n % 2\n", CheckContext())
+    assert expected in signal.message, signal.message
+
+
+def test_failure_detail_survives_a_hostile_repr():
+    candidate = "class Bad:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f():\n    return Bad()\n"
+    signal = PythonScriptCheck("assert f() == 1\n").run(candidate, CheckContext())
+    assert "got <Bad instance" in signal.message and signal.score is None
+
+
+# --- secrets and the command check's scratch copy ---------------------------------------------------------
+
+CANARY = "canary-9f3b2c71d0e4"
+
+
+def test_secret_values_are_redacted_from_signals(monkeypatch):
+    from reflexa.evaluate.checks import redact_secrets
+
+    monkeypatch.setenv("MY_API_TOKEN", CANARY)
+    monkeypatch.setenv("SHORT_KEY", "abc")  # too short to redact without hitting ordinary text
+    assert redact_secrets(f"token={CANARY} abc") == "token=[REDACTED] abc"
+    # The candidate finds the secret another way (here: it is written in the candidate itself).
+    signal = PythonScriptCheck("assert f() == 1\n").run(f"def f():\n    return '{CANARY}'\n", CheckContext())
+    assert CANARY not in signal.message and CANARY not in signal.evidence and "[REDACTED]" in signal.message
+
+
+def test_command_check_copy_skips_dotfiles_ignored_files_and_outside_links(tmp_path):
+    work = tmp_path / "work"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "mod.py").write_text("x = 1\n")
+    (work / ".env").write_text(f"API_KEY={CANARY}\n")
+    (work / ".secrets").mkdir()
+    (work / ".secrets" / "id").write_text(CANARY)
+    (work / ".gitignore").write_text("*.log\nbuild/\n/data.bin\n!keep.log\n")
+    (work / "run.log").write_text("log")
+    (work / "keep.log").write_text("kept")
+    (work / "build").mkdir()
+    (work / "build" / "out.txt").write_text("built")
+    (work / "data.bin").write_text("data")
+    (work / "pkg" / "data.bin").write_text("not anchored, kept")
+    outside = tmp_path / "outside.txt"
+    outside.write_text(CANARY)
+    (work / "leak").symlink_to(outside)
+    (work / "alias.py").symlink_to(work / "pkg" / "mod.py")
+    check = CommandCheck("find . | sort; cat leak alias.py .env 2>&1; exit 1", out="answer.py", workdir=work)
+    signal = check.run("print(1)", CheckContext())
+    listing = signal.evidence
+    assert "./pkg/mod.py" in listing and "./keep.log" in listing and "./pkg/data.bin" in listing
+    assert "./alias.py" in listing and "x = 1" in listing  # a link inside the tree is kept
+    for absent in ("./.env", "./.secrets", "./run.log", "./build", "./data.bin\n", "./leak"):
+        assert absent not in listing, absent
+    assert CANARY not in listing and CANARY not in signal.message
+
+
+def test_a_tree_over_its_memory_cap_is_a_resource_limit_signal():
+    from reflexa.evaluate.checks import signal_from_exec, signal_from_report
+    from reflexa.evaluate.sandbox import ExecResult, Limits
+
+    result = ExecResult(None, "", "Killed", timed_out=False, duration=1.0, killed_by="SIGKILL",
+                        memory_exceeded=True)
+    for signal in (signal_from_report("t", result, Limits(tree_memory_mb=512)),
+                   signal_from_exec("t", result, Limits(tree_memory_mb=512))):
+        assert signal.code is ErrorCode.RESOURCE_LIMIT and "512 MiB" in signal.message and signal.score == 0.0

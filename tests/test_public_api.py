@@ -32,6 +32,7 @@ PUBLIC = [
     "Result",
     "Role",
     "RunInterrupted",
+    "RunLeased",
     "SQLiteStore",
     "Sandbox",
     "SandboxError",

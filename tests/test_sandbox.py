@@ -116,3 +116,36 @@ def test_signals_name_the_failure():
     assert broken.score == 0.0 and "SyntaxError" in broken.message  # never ran: restart
     slow = check.run("def f():\n    while True: pass", CheckContext())
     assert slow.code is ErrorCode.TIMEOUT
+
+
+def test_isolation_names_the_memory_limit_and_its_scope():
+    isolation = Sandbox(Limits(memory_mb=300, tree_memory_mb=700)).isolation
+    assert "memory-per-process-rlimit:300MiB" in isolation
+    tree = [part for part in isolation if part.startswith("memory-per-tree-cgroup")]
+    assert tree in ([], ["memory-per-tree-cgroup:700MiB"])
+    if "pid-namespace" in isolation:
+        assert "ipc-namespace" in isolation and "private-tmp-run-shm-home" in isolation
+
+
+_REPORTER = """
+import json, os
+nonce_fd, report_fd = (int(x) for x in os.environ['REFLEXA_REPORT_FDS'].split(','))
+nonce = os.read(nonce_fd, 64).decode() if {honest} else 'a guess'
+os.write(report_fd, b'{{"nonce": "forged", "ok": true}}\\n')
+os.write(report_fd, (json.dumps({{"nonce": nonce, "ok": {honest}}}) + '\\n').encode())
+"""
+
+
+@pytest.mark.parametrize("honest", [True, False])
+def test_report_channel_takes_only_a_line_with_the_nonce(honest):
+    result = SANDBOX.run([sys.executable, "-I", "-c", _REPORTER.format(honest=honest)], report=True)
+    assert result.ok, result.stderr
+    if honest:
+        assert result.report is not None and result.report["ok"] is True
+    else:
+        assert result.report is None
+
+
+def test_without_a_report_channel_there_is_no_report():
+    result = SANDBOX.run([sys.executable, "-I", "-c", "import os; print(os.environ.get('REFLEXA_REPORT_FDS'))"])
+    assert result.report is None and result.stdout.strip() == "None"

@@ -64,3 +64,34 @@ def test_ask_gives_up_after_one_reask():
 
     result = ask(call, [{"role": "user", "content": "go"}])
     assert result.value is None and len(calls) == 2
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"a": ' * 100_000 + "1" + "}" * 100_000,
+    "Here: ```json\n" + "[" * 100_000 + "\n```",
+    '{"status": "ok", "score": ' + "[" * 5000 + "]" * 5000 + "}",
+])
+def test_deep_nesting_is_a_value_error_not_a_recursion_error(text):
+    with pytest.raises(ValueError, match="nested"):
+        extract_json(text)
+    value, error = parse(text, Reply)
+    assert value is None and "nested" in error
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    from reflexa.structured import MAX_JSON_DEPTH, json_depth, loads
+
+    text = '{"code": "' + "[" * 500 + '", "s": "a\\\\"}'
+    assert json_depth(text) == 1 and loads(text)["s"] == "a\\"
+    nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert loads(nested) is not None  # at the limit: fine
+
+
+def test_a_cut_off_reply_says_so():
+    from reflexa import ScriptedModel
+
+    completion = ScriptedModel(['{"status": "ok", "score": 1}' * 20]).complete(
+        [{"role": "user", "content": "go"}], schema=Reply, max_tokens=5)
+    assert completion.truncated and completion.finish_reason == "length"
+    assert completion.value is None and "cut off at max_tokens=5" in completion.error

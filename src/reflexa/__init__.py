@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "reflexa.errors",
     "ReflexaError": "reflexa.errors",
     "RunInterrupted": "reflexa.errors",
+    "RunLeased": "reflexa.errors",
     "SandboxError": "reflexa.errors",
     "StoreError": "reflexa.errors",
 }
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
         ModelUnavailable,
         ReflexaError,
         RunInterrupted,
+        RunLeased,
         SandboxError,
         StoreError,
     )

@@ -6,6 +6,7 @@
     │   ├── ModelNotInstalled  the backend's package or weights are missing
     │   └── ModelUnavailable   the server could not be reached or kept failing
     ├── StoreError             the trace store could not be read or written
+    │   └── RunLeased          another live process holds the run
     └── SandboxError           the sandbox could not be set up (not: the code inside failed)
 
     KeyboardInterrupt
@@ -47,6 +48,15 @@ class ModelUnavailable(ModelError):
 
 class StoreError(ReflexaError):
     """The trace store could not be opened, migrated, read or written."""
+
+
+class RunLeased(StoreError):
+    """Another live process holds the run's lease. The message names its pid, host and start time."""
+
+    def __init__(self, message: str, *, run_id: str, pid: int, host: str, since: float) -> None:
+        super().__init__(message, hint="wait for that process to finish, or stop it; a dead holder's lease "
+                                       "is taken over")
+        self.run_id, self.pid, self.host, self.since = run_id, pid, host, since
 
 
 class SandboxError(ReflexaError):

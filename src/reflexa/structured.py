@@ -10,6 +10,7 @@ import functools
 import json
 import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError, WithJsonSchema
@@ -29,6 +30,29 @@ Text300 = Annotated[str, AfterValidator(_cut(300)), WithJsonSchema({"type": "str
 Text2000 = Annotated[str, AfterValidator(_cut(2000)), WithJsonSchema({"type": "string", "maxLength": 2000})]
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects a reply may have. Deeper JSON is refused before it is parsed:
+the parser, the validators and the trace's serialiser all recurse, and a reply of 100,000 `[` must be a
+ValueError, not a RecursionError (or a stack overflow) somewhere downstream."""
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in `text`, brackets inside strings not counted."""
+    brackets = (1 if c in "[{" else -1 for c in _STRING.sub("", text) if c in "[]{}")
+    return max(accumulate(brackets), default=0)
+
+
+def loads(text: str) -> Any:
+    """json.loads with bounded nesting: ValueError (json.JSONDecodeError's base) for anything that does
+    not parse or nests deeper than MAX_JSON_DEPTH."""
+    if (depth := json_depth(text)) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested {depth} levels deep (the limit is {MAX_JSON_DEPTH})")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
 
 
 def json_schema_of(schema: Schema) -> dict[str, Any]:
@@ -75,11 +99,16 @@ def extract_json(text: str) -> Any:
     """
     stripped = text.strip()
     candidates = [stripped, *reversed(_FENCE.findall(text)), *reversed(_objects(text))]
+    too_deep = None
     for candidate in candidates:
         try:
-            return json.loads(candidate)
-        except (json.JSONDecodeError, TypeError):
+            return loads(candidate)
+        except json.JSONDecodeError:
             continue
+        except ValueError as exc:  # too deep: say so rather than "does not parse"
+            too_deep = exc
+    if too_deep is not None:
+        raise too_deep
     raise ValueError("no JSON object found in the reply" if "{" not in text else "the reply's JSON does not parse")
 
 

@@ -70,6 +70,10 @@ class ErrorCode(StrEnum):
     VALIDATION_FAILED = "VALIDATION_FAILED"
     GAP = "GAP"
     CUT_OFF = "CUT_OFF"
+    NO_TEST_REPORT = "NO_TEST_REPORT"
+    """The tests did not run to the end: the process exited early or left no harness report."""
+    TAMPERED = "TAMPERED"
+    """The candidate changed the test apparatus: the test file, pytest's internals, or test outcomes."""
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")

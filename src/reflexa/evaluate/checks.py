@@ -3,10 +3,14 @@ LLM judge whose signal is marked subjective."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
+import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -69,28 +73,179 @@ def _last_line(text: str) -> str:
     return lines[-1].strip()
 
 
-def signal_from_exec(source: str, result: ExecResult, limits: Limits) -> Signal:
-    """Map a sandboxed run to a signal: pass, test counts, timeout or resource limit."""
-    output = (result.stdout + "\n" + result.stderr).strip()
+# --- secrets ------------------------------------------------------------------------------------------
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+"""Environment variable names whose values are treated as secrets."""
+SECRET_MIN_CHARS = 8
+"""Shorter values are not redacted: they would match ordinary words and numbers."""
+REDACTED = "[REDACTED]"
+
+
+def secret_values(environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> list[str]:
+    """Values of secret-looking variables of this process (and `extra`), longest first."""
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= SECRET_MIN_CHARS}
+    values.update(v for v in extra if len(v) >= SECRET_MIN_CHARS)
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_secrets(text: str, extra: Iterable[str] = ()) -> str:
+    """`text` with every secret value of the parent's environment (and `extra`) replaced by [REDACTED]:
+    a check's output goes into prompts and the trace, and sandboxed code may have found a way to echo
+    a secret (a file it could read, a process it could see)."""
+    for value in secret_values(extra=extra):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _redacted(signal: Signal, extra: Iterable[str] = ()) -> Signal:
+    message, evidence = redact_secrets(signal.message, extra), redact_secrets(signal.evidence, extra)
+    if message == signal.message and evidence == signal.evidence:
+        return signal
+    return dataclasses.replace(signal, message=message, evidence=evidence)
+
+
+def _dotenv_secrets(workdir: Path) -> list[str]:
+    """Secret-looking values assigned in the working directory's .env files."""
+    found = []
+    for path in workdir.glob(".env*"):
+        try:
+            lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        except OSError:
+            continue
+        for line in lines:
+            name, sep, value = line.removeprefix("export ").partition("=")
+            if sep and SECRET_NAME.search(name):
+                found.append(value.strip().strip("'\""))
+    return found
+
+
+# --- mapping a sandboxed run to a signal --------------------------------------------------------------
+
+def _limit_signal(source: str, result: ExecResult, limits: Limits, output: str) -> Signal | None:
+    """Timeouts and resource limits come first, whatever the run reported."""
     if result.timed_out or result.killed_by == "SIGXCPU":
         return Signal(source, False, ErrorCode.TIMEOUT,
                       f"killed after {limits.timeout:g}s wall / {limits.cpu_seconds}s CPU limit",
                       _tail(output), score=0.0)
-    if result.ok:
-        return Signal(source, True, message="passed", evidence=_tail(output), score=1.0)
+    if result.memory_exceeded:
+        return Signal(source, False, ErrorCode.RESOURCE_LIMIT,
+                      f"the process tree went over its {limits.tree_memory_mb} MiB memory limit and was killed",
+                      _tail(output), score=0.0)
+    return None
+
+
+def _crash_limit(source: str, result: ExecResult, output: str) -> Signal | None:
     if "MemoryError" in output or result.killed_by in ("SIGXFSZ", "SIGSEGV"):
         return Signal(source, False, ErrorCode.RESOURCE_LIMIT,
                       f"hit a resource limit ({result.killed_by or 'MemoryError'})", _tail(output), score=0.0)
+    return None
+
+
+def signal_from_exec(source: str, result: ExecResult, limits: Limits) -> Signal:
+    """Map a sandboxed command to a signal by its exit status: pass, test counts, timeout or resource
+    limit. For a command the user chose; code checks use `signal_from_report`. Secrets are redacted."""
+    output = (result.stdout + "\n" + result.stderr).strip()
+    limit = _limit_signal(source, result, limits, output)
+    if limit is not None:
+        return _redacted(limit)
+    if result.ok:
+        return _redacted(Signal(source, True, message="passed", evidence=_tail(output), score=1.0))
+    crash = _crash_limit(source, result, output)
+    if crash is not None:
+        return _redacted(crash)
     counts = pytest_score(output)
     failures = _FAILED_LINE.findall(output)
     if counts is not None:
         passed, total = counts
         detail = "; ".join(cap(f, 200) for f in failures[:3]) or _last_line(output)
-        return Signal(source, False, ErrorCode.TEST_FAILED, f"{total - passed} of {total} tests failed: {detail}",
-                      _tail(output), score=passed / total if total else 0.0)
+        return _redacted(Signal(source, False, ErrorCode.TEST_FAILED,
+                                f"{total - passed} of {total} tests failed: {detail}",
+                                _tail(output), score=passed / total if total else 0.0))
     # No test summary: the program died before any test ran (syntax error, import error, crash).
-    return Signal(source, False, ErrorCode.TEST_FAILED, cap(_last_line(output) or f"exit code {result.returncode}", 300),
-                  _tail(output), score=_crash_score(output))
+    return _redacted(Signal(source, False, ErrorCode.TEST_FAILED,
+                            cap(_last_line(output) or f"exit code {result.returncode}", 300),
+                            _tail(output), score=_crash_score(output)))
+
+
+def signal_from_report(source: str, result: ExecResult, limits: Limits, *,
+                       expected_tests: frozenset[str] | None = None) -> Signal:
+    """Map a harness run (PytestCheck, PythonScriptCheck) to a signal. Only the harness's nonce-stamped
+    report can say "passed"; the exit status and the output text never do. Secrets are redacted."""
+    output = (result.stdout + "\n" + result.stderr).strip()
+    signal = _limit_signal(source, result, limits, output)
+    if signal is None and result.report is None:
+        signal = _crash_limit(source, result, output) or _no_report(source, result, output)
+    if signal is None:
+        report = result.report or {}
+        signal = (_pytest_signal(source, report, output, expected_tests) if report.get("mode") == "pytest"
+                  else _script_signal(source, report, output))
+    return _redacted(signal)
+
+
+def _no_report(source: str, result: ExecResult, output: str) -> Signal:
+    if result.returncode == 0:
+        message = ("exited with status 0 but the test harness never reported: the process ended before "
+                   "the tests finished (os._exit in the code under test?)")
+    else:
+        message = f"the tests did not report (exit code {result.returncode}): {_last_line(output)}"
+    return Signal(source, False, ErrorCode.NO_TEST_REPORT, cap(message, 300), _tail(output), score=0.0)
+
+
+def _pytest_signal(source: str, report: dict[str, Any], output: str, expected: frozenset[str] | None) -> Signal:
+    evidence = _tail(output)
+    if not report.get("finished"):
+        return Signal(source, False, ErrorCode.NO_TEST_REPORT,
+                      cap(f"pytest did not finish: {report.get('reason', 'unknown')}", 300), evidence, score=0.0)
+    if report.get("internal_error"):
+        return Signal(source, False, ErrorCode.NO_TEST_REPORT,
+                      cap(f"the tests did not run to the end: {report['internal_error']} escaped pytest "
+                          "(an exit in the code under test?)", 300), evidence, score=0.0)
+    collected, passed = int(report.get("collected", 0)), int(report.get("passed", 0))
+    failed, errors = int(report.get("failed", 0)), int(report.get("errors", 0))
+    collect_errors = int(report.get("collect_errors", 0))
+    tampered = [str(t) for t in report.get("tampered") or []]
+    if expected and collected and not collect_errors:
+        seen = {str(i).rsplit("::", 1)[-1].split("[", 1)[0] for i in report.get("ids") or []}
+        if missing := sorted(expected - seen):
+            tampered.append(f"tests in the test file were not collected: {', '.join(missing[:5])}")
+    if tampered:
+        return Signal(source, False, ErrorCode.TAMPERED, cap("; ".join(tampered), 300), evidence, score=0.0)
+    total = collected + collect_errors
+    if (collected > 0 and passed == collected and failed == errors == collect_errors == 0
+            and report.get("exit_code") == 0):
+        return Signal(source, True, message=f"{passed} passed", evidence=evidence, score=1.0)
+    if total == 0:
+        return Signal(source, False, ErrorCode.TEST_FAILED, "no tests were collected", evidence, score=0.0)
+    failures = [f"{nodeid}: {cap(str(why), 200)}" for nodeid, why in (report.get("failures") or [])[:3]]
+    detail = "; ".join(failures) or (f"{report.get('skipped', 0)} skipped" if report.get("skipped")
+                                     else f"pytest exited {report.get('exit_code')}")
+    return Signal(source, False, ErrorCode.TEST_FAILED, cap(f"{total - passed} of {total} tests failed: {detail}", 600),
+                  evidence, score=passed / total)
+
+
+def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
+    evidence = _tail(output)
+    if report.get("finished"):
+        return Signal(source, True, message="passed", evidence=evidence, score=1.0)
+    error, stage = str(report.get("error", "error")), str(report.get("stage", "candidate"))
+    message, where = str(report.get("message", "")), str(report.get("where", ""))
+    if error in ("SystemExit", "KeyboardInterrupt"):
+        what = f"sys.exit({message})" if error == "SystemExit" else error
+        when = "at import, before the tests ran" if stage == "candidate" else "while the tests ran, before they finished"
+        return Signal(source, False, ErrorCode.NO_TEST_REPORT, cap(f"the code called {what} {when}", 300),
+                      evidence, score=0.0)
+    if error == "MemoryError":
+        return Signal(source, False, ErrorCode.RESOURCE_LIMIT, "hit a resource limit (MemoryError)", evidence, score=0.0)
+    text = f"{error}: {message}" if message else error
+    if where and not message.startswith("assert "):
+        text += f" at `{where}`"
+    # An AssertionError means the code ran and was wrong somewhere (revise); anything else means wrong
+    # direction (restart): a syntax error, a crash at import, a crash inside the tests.
+    return Signal(source, False, ErrorCode.TEST_FAILED, cap(text, 400), evidence,
+                  score=None if error == "AssertionError" else 0.0)
 
 
 def _crash_score(output: str) -> float | None:
@@ -99,8 +254,34 @@ def _crash_score(output: str) -> float | None:
     return None if "AssertionError" in output else 0.0
 
 
+@functools.cache
+def _harness_source() -> str:
+    return (Path(__file__).parent / "_harness.py").read_text()
+
+
+def _test_names(source: str) -> frozenset[str] | None:
+    """Test functions defined in a pristine test file: module-level `test*` functions and `test*`
+    methods of `Test*` classes. None when the file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            names.update(n.name for n in node.body
+                         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test"))
+    return frozenset(names)
+
+
 class PytestCheck:
-    """Runs a pytest file against the candidate, written as `<module>.py`, inside the sandbox."""
+    """Runs a pytest file against the candidate, written as `<module>.py`, inside the sandbox.
+
+    It passes only on the harness's report (see _harness.py): every collected test passed, at least one
+    was collected, none failed or errored, every test defined in the file was collected, the test file
+    is unchanged and pytest's internals are the ones it started with."""
 
     subjective = False
 
@@ -110,17 +291,20 @@ class PytestCheck:
         self.module = module
         self.sandbox = sandbox or Sandbox()
         self.name = f"pytest:{self.tests.name}"
+        self._expected = _test_names(self.test_source)
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        argv = [sys.executable, "-I", "-m", "pytest", "-q", "--no-header", "-p", "no:cacheprovider",
-                "--tb=short", "-rfE", self.tests.name]
+        argv = [sys.executable, "-I", "-c", _harness_source(), "pytest", self.tests.name]
         files = {f"{self.module}.py": candidate, self.tests.name: self.test_source}
-        result = self.sandbox.run(argv, files=files)
-        return signal_from_exec(self.name, result, self.sandbox.limits)
+        result = self.sandbox.run(argv, files=files, report=True)
+        return signal_from_report(self.name, result, self.sandbox.limits, expected_tests=self._expected)
 
 
 class PythonScriptCheck:
-    """Runs the candidate followed by test code (e.g. HumanEval's `check(...)`) as one script."""
+    """Runs the candidate, then test code (e.g. HumanEval's `check(...)`), in one interpreter.
+
+    Passes only when the harness saw the test code run to its end. A failing `assert f(x) == y` names
+    the value the candidate returned: `assert f(2) == 4 failed: got 5`."""
 
     subjective = False
 
@@ -130,13 +314,15 @@ class PythonScriptCheck:
         self.sandbox = sandbox or Sandbox()
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        program = candidate + "\n\n" + self.test_code + "\n"
-        result = self.sandbox.run([sys.executable, "-I", "program.py"], files={"program.py": program})
-        return signal_from_exec(self.name, result, self.sandbox.limits)
+        argv = [sys.executable, "-I", "-c", _harness_source(), "script", "candidate.py", "tests.py"]
+        result = self.sandbox.run(argv, files={"candidate.py": candidate, "tests.py": self.test_code}, report=True)
+        return signal_from_report(self.name, result, self.sandbox.limits)
 
 
 class CommandCheck:
-    """Runs a shell command in a scratch copy of `workdir`, with the candidate written to `out`."""
+    """Runs a shell command in a scratch copy of `workdir` (without dotfiles, .gitignored files or
+    symlinks out of the tree), with the candidate written to `out`. Exit status 0 passes: the user chose
+    the command, so its status is the signal."""
 
     subjective = False
 
@@ -150,13 +336,15 @@ class CommandCheck:
     def run(self, candidate: str, context: CheckContext) -> Signal:
         result = self.sandbox.run(["/bin/sh", "-c", self.command], files={self.out: candidate},
                                   copy_from=self.workdir)
-        signal = signal_from_exec(self.name, result, self.sandbox.limits)
+        secrets = _dotenv_secrets(self.workdir)
+        signal = _redacted(signal_from_exec(self.name, result, self.sandbox.limits), secrets)
         if not signal.ok and signal.code is ErrorCode.TEST_FAILED and pytest_score(signal.evidence) is None:
             # Not a test runner: the exit status is the whole signal.
             crashed = "Traceback (most recent call last)" in signal.evidence
-            return Signal(self.name, False, ErrorCode.COMMAND_FAILED,
-                          f"`{shlex.quote(self.command)}` exited {result.returncode}: {cap(_last_line(signal.evidence), 200)}",
-                          signal.evidence, score=_crash_score(signal.evidence) if crashed else None)
+            return _redacted(Signal(
+                self.name, False, ErrorCode.COMMAND_FAILED,
+                f"`{shlex.quote(self.command)}` exited {result.returncode}: {cap(_last_line(signal.evidence), 200)}",
+                signal.evidence, score=_crash_score(signal.evidence) if crashed else None), secrets)
         return signal
 
 

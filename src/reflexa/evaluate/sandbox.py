@@ -3,26 +3,42 @@
 What it stops, where the machine allows (see `Sandbox.isolation` for what is in force here):
 
 - runaway CPU and wall time: RLIMIT_CPU plus a wall-clock timeout, then the whole tree is killed;
-- memory, file size and open files: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE;
+- memory: a memory cgroup capping the whole process tree where one can be created (root, cgroup v1 or
+  v2), on top of RLIMIT_AS per process; file size and open files: RLIMIT_FSIZE, RLIMIT_NOFILE;
 - fork bombs: a pids cgroup when running as root (root ignores RLIMIT_NPROC), else RLIMIT_NPROC;
 - writes outside its scratch directory: a private mount namespace where every mount except the
   scratch directory is remounted read-only, and all capabilities dropped so it cannot remount them;
-- network: a fresh network namespace with no interfaces (not even loopback is up);
+- host sockets and shared memory: /tmp, /var/tmp, /run, /dev/shm and the home directories are replaced
+  by empty private tmpfs mounts (the scratch directory and the interpreter are bound back in; see
+  _nsinit.py), so a Unix socket there cannot be reached; a private IPC namespace, so SysV shared memory,
+  message queues and semaphores neither reach the host's nor outlive the run;
+- network: a fresh network namespace with no interfaces (not even loopback is up), which also hides
+  abstract Unix sockets;
 - processes that outlive the run: a private PID namespace, whose processes the kernel kills when its
   first process exits, plus a sweep of the cgroup and the process group;
 - secrets in the environment: the child gets a fresh minimal environment, never the parent's.
 
-What it does not stop: reading files the invoking user can read (the file system is visible, only
-read-only), and CPU-cache or timing side channels. Without `unshare` (namespaces) the write, network and
-grandchild protections are missing; `isolation` then says so and callers can refuse to run.
+What it does not stop: reading files the invoking user can read outside the hidden directories (the
+file system is visible, only read-only), connecting to a Unix socket that lives elsewhere in the file
+system, and CPU-cache or timing side channels. Without `unshare` (namespaces) the write, socket, IPC,
+network and grandchild protections are missing; `isolation` then says so and callers can refuse to run.
+
+A harness that must report an outcome the code under test cannot fake asks for a report channel
+(`run(..., report=True)`): the sandbox hands the child a random nonce through a pipe that the harness
+reads and closes before it runs any untrusted code, and accepts a JSON line on a second pipe only when
+it carries that nonce.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import resource
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,32 +47,22 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from ..errors import SandboxError
 
-CGROUP_PIDS = Path("/sys/fs/cgroup/pids")
-
-# Runs as the first process of the new namespaces: make the mount tree private, keep the scratch dir
-# writable, remount everything else read-only, then run the command as a child so that the command is
-# not PID 1 (PID 1 ignores default-action signals such as SIGXCPU). When this shell exits, the kernel
-# kills whatever the command left behind in the PID namespace.
-_SETUP = r"""
-set -e
-mount --make-rprivate /
-mount --bind "$1" "$1"
-cd "$1"  # re-enter through the new writable mount
-for m in $(awk '{print $5}' /proc/self/mountinfo | sort -ru); do
-  [ "$m" = "$1" ] && continue
-  mount -o remount,bind,ro "$m" 2>/dev/null || true
-done
-shift
-set +e
-"$@"
-exit $?
-"""
-
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+REPORT_FDS_ENV = "REFLEXA_REPORT_FDS"
+"""Environment variable naming the harness's two pipe fds: `<nonce fd>,<report fd>`. The numbers are no
+secret; the nonce that comes through the first pipe is."""
+REPORT_BYTES = 256 * 1024
+"""Report channel bytes kept; a child that floods the channel only loses its own report."""
+HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
+"""Replaced by empty private tmpfs mounts in the sandbox, with the home directories: where host sockets,
+shared memory and other users' scratch files live."""
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -68,6 +74,9 @@ class Limits:
     """CPU seconds per process (RLIMIT_CPU)."""
     memory_mb: int = 1024
     """Address space per process (RLIMIT_AS), in MiB."""
+    tree_memory_mb: int = 1024
+    """Memory of the whole process tree, page cache included (memory cgroup where one can be created;
+    otherwise only the per-process `memory_mb` applies), in MiB."""
     file_size_mb: int = 16
     """Largest file a process may write (RLIMIT_FSIZE), in MiB."""
     open_files: int = 128
@@ -90,6 +99,10 @@ class ExecResult:
     duration: float
     killed_by: str | None = None
     isolation: tuple[str, ...] = field(default_factory=tuple)
+    memory_exceeded: bool = False
+    """The tree hit its memory cgroup limit and the kernel killed a process of it."""
+    report: dict[str, Any] | None = None
+    """The harness's report, present only when it carried this run's nonce (`run(..., report=True)`)."""
 
     @property
     def ok(self) -> bool:
@@ -103,14 +116,138 @@ def _namespace_prefix() -> tuple[str, ...] | None:
     if not unshare or not setpriv or sys.platform != "linux":
         return None
     user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
-    prefix = (unshare, *user, "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+    prefix = (unshare, *user, "--mount", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
+    probe_mount = "mount -t tmpfs reflexa-probe /mnt 2>/dev/null || mount -t tmpfs reflexa-probe /tmp"
+    probe = subprocess.run([*prefix, "/bin/sh", "-c", probe_mount], capture_output=True, timeout=10, check=False)
     return prefix if probe.returncode == 0 else None
 
 
+# --- cgroups: pids and memory for the whole tree -----------------------------------------------------
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per v1 controller, and under "" its v2 path."""
+    paths: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
 @cache
+def _cgroup_parent(controller: str) -> tuple[Path, int] | None:
+    """(directory, version) where this process may create a child cgroup with `controller`, or None.
+
+    The child goes under this process's own cgroup, so whatever limits the caller already runs under
+    still bind the sandbox."""
+    if os.geteuid() != 0 or sys.platform != "linux":
+        return None
+    own = _own_cgroups()
+    v1 = CGROUP_ROOT / controller
+    if controller in own and (v1 / "cgroup.procs").exists():
+        parent = v1 / own[controller].lstrip("/")
+        return (parent, 1) if os.access(parent, os.W_OK) else None
+    if "" in own and (CGROUP_ROOT / "cgroup.controllers").exists():
+        parent = CGROUP_ROOT / own[""].lstrip("/")
+        try:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return None
+        return (parent, 2) if controller in enabled and os.access(parent, os.W_OK) else None
+    return None
+
+
 def _cgroup_available() -> bool:
-    return os.geteuid() == 0 and os.access(CGROUP_PIDS, os.W_OK)
+    return _cgroup_parent("pids") is not None
+
+
+class _Cgroups:
+    """A pids and a memory cgroup (v1: one directory per controller; v2: one for both) that cap and later
+    sweep every process of one run."""
+
+    def __init__(self, limits: Limits) -> None:
+        name = f"reflexa-{uuid.uuid4().hex[:12]}"
+        plan: dict[tuple[Path, int], list[str]] = {}
+        for controller in ("pids", "memory"):
+            if (found := _cgroup_parent(controller)) is not None:
+                plan.setdefault(found, []).append(controller)
+        self.dirs: list[Path] = []
+        self.memory: tuple[Path, int] | None = None
+        self.oom = False
+        try:
+            for (parent, version), controllers in plan.items():
+                path = parent / name
+                path.mkdir()
+                self.dirs.append(path)
+                if "pids" in controllers:
+                    (path / "pids.max").write_text(str(limits.processes))
+                if "memory" in controllers:
+                    self._limit_memory(path, version, limits.tree_memory_mb * 1024 * 1024)
+                    self.memory = (path, version)
+        except OSError:
+            self.sweep()
+            raise
+
+    @staticmethod
+    def _limit_memory(path: Path, version: int, limit: int) -> None:
+        if version == 1:
+            (path / "memory.limit_in_bytes").write_text(str(limit))
+            swap = path / "memory.memsw.limit_in_bytes"  # memory + swap; must not be below the first
+        else:
+            (path / "memory.max").write_text(str(limit))
+            swap, limit = path / "memory.swap.max", 0
+        if swap.exists():
+            try:
+                swap.write_text(str(limit))
+            except OSError:
+                pass  # swap accounting off: memory alone is capped
+
+    def join(self) -> None:
+        """Called in the child between fork and exec."""
+        for path in self.dirs:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def _oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the tree for exceeding the memory limit."""
+        if self.memory is None:
+            return False
+        path, version = self.memory
+        try:
+            text = (path / ("memory.oom_control" if version == 1 else "memory.events")).read_text()
+        except OSError:
+            return False
+        counts = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+        return int(counts.get("oom_kill", "0")) > 0
+
+    def sweep(self) -> None:
+        for path in self.dirs:
+            for _ in range(50):
+                try:
+                    pids = (path / "cgroup.procs").read_text().split()
+                except OSError:
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.01)
+        self.oom = self.oom or self._oom_killed()
+        for path in self.dirs:
+            for _ in range(20):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # a process still dying; an empty directory left behind is harmless
 
 
 def _count_user_processes() -> int:
@@ -125,39 +262,174 @@ def _count_user_processes() -> int:
     return count
 
 
-class _Cgroup:
-    """A pids cgroup (v1) that caps and later sweeps every process of one run."""
+# --- the mount namespace: hide /tmp & co., bind back what the run needs ---------------------------
 
-    def __init__(self, max_pids: int) -> None:
-        self.path = CGROUP_PIDS / "reflexa" / uuid.uuid4().hex[:12]
-        self.path.mkdir(parents=True)
-        (self.path / "pids.max").write_text(str(max_pids))
+def _under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
 
-    def join(self) -> None:
-        """Called in the child between fork and exec."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
-    def sweep(self) -> None:
-        for _ in range(50):
-            pids = (self.path / "cgroup.procs").read_text().split()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+def _hidden_dirs() -> list[Path]:
+    """Existing directories to replace with empty tmpfs mounts, outermost only."""
+    candidates = [*HIDDEN_DIRS, os.environ.get("HOME", "")]
+    try:
+        candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    found: list[Path] = []
+    for raw in candidates:
+        if not raw:
+            continue
+        path = Path(os.path.realpath(raw))
+        if path != Path("/") and path.is_dir() and path not in found:
+            found.append(path)
+    return [p for p in found if not any(q != p and _under(p, q) for q in found)]
+
+
+@cache
+def _interpreter_paths() -> tuple[Path, ...]:
+    """What a Python child needs to start: the interpreter, its prefixes and the import path it builds
+    for itself (asked once, with an environment as scrubbed as the sandbox's)."""
+    raw = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+           os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(sys.executable)]
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                               capture_output=True, text=True, timeout=30, cwd="/", check=False,
+                               env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")})
+        raw += json.loads(probe.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        raw += [p for p in sys.path if p]
+    paths: list[Path] = []
+    for item in raw:
+        path = Path(os.path.realpath(item))
+        if path.is_dir() and path not in paths:
+            paths.append(path)
+    return tuple(p for p in paths if not any(q != p and _under(p, q) for q in paths))
+
+
+def _mount_plan(scratch: Path) -> dict[str, Any]:
+    """What _nsinit.py does to the mount namespace: which directories to hide behind an empty tmpfs, and
+    what to bind back into each (the scratch dir, writable; the interpreter's paths, read-only).
+
+    Each tmpfs is staged inside the scratch dir, then moved over its target; the target that contains
+    the scratch dir moves last, since until then the staging dirs must stay reachable by their path."""
+    keep = _interpreter_paths()
+    stage = scratch / ".reflexa-mounts"
+    targets = sorted(_hidden_dirs(), key=lambda t: _under(scratch, t))
+    hide = []
+    for i, target in enumerate(targets):
+        tmp = stage / str(i)
+        binds = [[str(p), str(tmp / p.relative_to(target)), True]
+                 for p in keep if _under(p, target) and not _under(scratch, p)]
+        if _under(scratch, target) and not any(_under(scratch, p) for p in keep):
+            # Not recursive: the staging mounts live inside the scratch dir.
+            binds.append([str(scratch), str(tmp / scratch.relative_to(target)), False])
+        hide.append([str(tmp), str(target), binds])
+    return {"scratch": str(scratch), "stage": str(stage), "hide": hide}
+
+
+@cache
+def _nsinit_source() -> str:
+    return (Path(__file__).parent / "_nsinit.py").read_text()
+
+
+# --- copying a working directory into the scratch dir -----------------------------------------------
+
+SKIPPED_NAMES = ("__pycache__", "node_modules")
+"""Never copied, besides dotfiles, dot-directories and what .gitignore names."""
+
+
+class _Ignore:
+    """The subset of .gitignore that matters for a scratch copy: `#` comments, `!` negation, a trailing
+    `/` for directories, a `/` inside a pattern anchoring it to the .gitignore's directory, `*`, `?`,
+    `[...]` and `**`. The last matching pattern wins, as in git."""
+
+    def __init__(self) -> None:
+        self.rules: list[tuple[str, str, bool, bool, bool]] = []  # (base, pattern, negate, dir_only, anchored)
+
+    def read(self, directory: str, base: str) -> None:
+        """Add the patterns of `directory`/.gitignore; `base` is that directory relative to the root."""
         try:
-            self.path.rmdir()
+            text = Path(directory, ".gitignore").read_text(errors="replace")
         except OSError:
-            pass  # a process still dying; the empty directory is harmless
+            return
+        for line in text.splitlines():
+            line = line.rstrip()
+            if not line or line.startswith("#"):
+                continue
+            negate = line.startswith("!")
+            line = line[1:] if negate else line
+            dir_only = line.endswith("/")
+            line = line.rstrip("/")
+            anchored = "/" in line
+            if line:
+                self.rules.append((base, line.lstrip("/"), negate, dir_only, anchored))
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        verdict = False
+        for base, pattern, negate, dir_only, anchored in self.rules:
+            if dir_only and not is_dir:
+                continue
+            if base and not rel.startswith(base + "/"):
+                continue
+            local = rel[len(base) + 1:] if base else rel
+            if anchored:
+                hit = fnmatchcase(local, pattern) or (pattern.startswith("**/") and fnmatchcase(local, pattern[3:]))
+            else:
+                hit = fnmatchcase(local.rsplit("/", 1)[-1], pattern)
+            if hit:
+                verdict = not negate
+        return verdict
 
 
-def _reader(stream: object, limit: int, sink: list[bytes]) -> None:
+def copy_tree(source: Path, target: Path) -> None:
+    """Copy a working directory for a check, without what a check must not see or follow: dotfiles and
+    dot-directories (.env, .git, .venv), what .gitignore names, __pycache__ and node_modules, symlinks
+    that lead out of the tree, and anything that is not a regular file, a directory or a symlink (a FIFO
+    would block the copy)."""
+    root = Path(os.path.realpath(source))
+    ignore = _Ignore()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        ignore.read(dirpath, rel_dir)
+        (target / rel_dir).mkdir(parents=True, exist_ok=True)
+        kept_dirs = []
+        for name in sorted(dirnames):
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            full = os.path.join(dirpath, name)
+            if name.startswith(".") or name in SKIPPED_NAMES or ignore.ignored(rel, True):
+                continue
+            if os.path.islink(full):
+                _copy_link(full, root, target / rel)
+                continue
+            kept_dirs.append(name)
+        dirnames[:] = kept_dirs
+        for name in sorted(filenames):
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            full = os.path.join(dirpath, name)
+            if name.startswith(".") or ignore.ignored(rel, False):
+                continue
+            mode = os.lstat(full).st_mode
+            if stat.S_ISLNK(mode):
+                _copy_link(full, root, target / rel)
+            elif stat.S_ISREG(mode):
+                shutil.copy2(full, target / rel, follow_symlinks=False)
+
+
+def _copy_link(link: str, root: Path, dest: Path) -> None:
+    """Recreate a symlink whose target stays inside the tree, as a relative link; drop any other."""
+    resolved = Path(os.path.realpath(link))
+    if not _under(resolved, root) or resolved == root:
+        return
+    os.symlink(os.path.relpath(resolved, os.path.realpath(os.path.dirname(link))), dest)
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+def _reader(stream: Any, limit: int, sink: list[bytes]) -> None:
     """Keep the first `limit` bytes, drain the rest so the child never blocks on a full pipe."""
     kept = 0
-    while chunk := stream.read(65536):  # type: ignore[attr-defined]
+    while chunk := stream.read(65536):
         if kept < limit:
             sink.append(chunk[: limit - kept])
             kept += len(chunk)
@@ -170,6 +442,21 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _verified_report(raw: bytes, nonce: str) -> dict[str, Any] | None:
+    """The first line of the channel that is a JSON object carrying the nonce; anything else is noise
+    the code under test may have written."""
+    for line in raw.splitlines():
+        if nonce.encode() not in line or len(line) > REPORT_BYTES:
+            continue
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(data, dict) and secrets.compare_digest(str(data.get("nonce", "")), nonce):
+            return data
+    return None
+
+
 class Sandbox:
     """Runs commands in a scratch directory under the limits and isolation described above."""
 
@@ -178,11 +465,15 @@ class Sandbox:
 
     @property
     def isolation(self) -> tuple[str, ...]:
-        """The mechanisms in force on this machine."""
+        """The mechanisms in force on this machine, the memory limits with their scope included."""
         parts = ["rlimits", "scrubbed-env", "process-group-kill"]
         if _namespace_prefix():
-            parts += ["read-only-fs", "no-network", "pid-namespace", "no-capabilities"]
+            parts += ["read-only-fs", "private-tmp-run-shm-home", "no-network", "pid-namespace",
+                      "ipc-namespace", "no-capabilities"]
         parts.append("pids-cgroup" if _cgroup_available() else "rlimit-nproc")
+        parts.append(f"memory-per-process-rlimit:{self.limits.memory_mb}MiB")
+        if _cgroup_parent("memory") is not None:
+            parts.append(f"memory-per-tree-cgroup:{self.limits.tree_memory_mb}MiB")
         return tuple(parts)
 
     def run(
@@ -193,30 +484,33 @@ class Sandbox:
         copy_from: Path | None = None,
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        report: bool = False,
     ) -> ExecResult:
-        """Run argv in a fresh scratch directory holding `files` (and a copy of `copy_from`)."""
+        """Run argv in a fresh scratch directory holding `files` (and a copy of `copy_from`, see
+        `copy_tree`). With `report`, the child gets a report channel (module docstring)."""
         limits = limits or self.limits
         scratch = Path(os.path.realpath(tempfile.mkdtemp(prefix="reflexa-sandbox-")))
         try:
             if copy_from is not None:
-                shutil.copytree(copy_from, scratch, dirs_exist_ok=True, symlinks=True,
-                                ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "node_modules"))
+                copy_tree(copy_from, scratch)
             for name, content in (files or {}).items():
                 target = (scratch / name).resolve()
                 if not target.is_relative_to(scratch):
                     raise SandboxError(f"file {name!r} would land outside the scratch directory")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content)
-            return self._execute(argv, scratch, env or {}, limits)
+            return self._execute(argv, scratch, env or {}, limits, report)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _execute(self, argv: list[str], scratch: Path, extra_env: Mapping[str, str], limits: Limits) -> ExecResult:
+    def _execute(self, argv: list[str], scratch: Path, extra_env: Mapping[str, str], limits: Limits,
+                 report: bool) -> ExecResult:
         prefix = _namespace_prefix()
         if prefix:
             setpriv = (shutil.which("setpriv") or "setpriv", "--no-new-privs", "--bounding-set=-all",
                        "--inh-caps=-all", "--")
-            command = [*prefix, "/bin/sh", "-c", _SETUP, "sandbox", str(scratch), *setpriv, *argv]
+            init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
+            command = [*prefix, *init, *setpriv, *argv]
         else:
             command = list(argv)
         env = {
@@ -227,16 +521,30 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
             **extra_env,
         }
+        pass_fds: tuple[int, ...] = ()
+        nonce = ""
+        report_read = -1
+        if report:
+            nonce = secrets.token_hex(16)
+            nonce_read, nonce_write = os.pipe()
+            os.write(nonce_write, nonce.encode())
+            os.close(nonce_write)
+            report_read, report_write = os.pipe()
+            pass_fds = (nonce_read, report_write)
+            env[REPORT_FDS_ENV] = f"{nonce_read},{report_write}"
         try:
-            cgroup = _Cgroup(limits.processes) if _cgroup_available() else None
+            cgroups = _Cgroups(limits) if _cgroup_parent("pids") or _cgroup_parent("memory") else None
         except OSError as exc:
-            raise SandboxError(f"cannot create a pids cgroup: {exc}") from None
-        nproc = None if cgroup or os.geteuid() == 0 else _count_user_processes() + limits.processes
+            for fd in (*pass_fds, report_read):
+                if fd >= 0:
+                    os.close(fd)
+            raise SandboxError(f"cannot create the run's cgroups: {exc}") from None
+        nproc = None if _cgroup_available() or os.geteuid() == 0 else _count_user_processes() + limits.processes
 
         def preexec() -> None:
             os.setsid()
-            if cgroup:
-                cgroup.join()
+            if cgroups:
+                cgroups.join()
             mib = 1024 * 1024
             for name, value in (
                 (resource.RLIMIT_CPU, limits.cpu_seconds),
@@ -252,15 +560,23 @@ class Sandbox:
         started = time.monotonic()
         out: list[bytes] = []
         err: list[bytes] = []
+        channel: list[bytes] = []
         try:
-            proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=pass_fds,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec)
         except OSError as exc:
-            if cgroup:
-                cgroup.sweep()
+            if cgroups:
+                cgroups.sweep()
+            if report_read >= 0:
+                os.close(report_read)
             raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
-        readers = [threading.Thread(target=_reader, args=(s, limits.output_chars, sink), daemon=True)
-                   for s, sink in ((proc.stdout, out), (proc.stderr, err))]
+        finally:
+            for fd in pass_fds:
+                os.close(fd)  # the child holds its copies; the parent's would keep the channel open
+        streams = [(proc.stdout, limits.output_chars, out), (proc.stderr, limits.output_chars, err)]
+        if report:
+            streams.append((os.fdopen(report_read, "rb", buffering=0), REPORT_BYTES, channel))
+        readers = [threading.Thread(target=_reader, args=s, daemon=True) for s in streams]
         for reader in readers:
             reader.start()
         timed_out = False
@@ -274,19 +590,19 @@ class Sandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            if cgroup:
-                cgroup.sweep()
+            if cgroups:
+                cgroups.sweep()
             proc.wait()
         for reader in readers:
             reader.join(timeout=0.5)
-        for stream in (proc.stdout, proc.stderr):
-            stream.close()  # type: ignore[union-attr]
+        for stream, _, _ in streams:
+            stream.close()
         code = proc.returncode
         killed_by = None
         if code is not None and code < 0:
             killed_by = _signal_name(-code)
         elif prefix and code is not None and code > 128:
-            killed_by = _signal_name(code - 128)  # the setup shell reports a signal death as 128+n
+            killed_by = _signal_name(code - 128)  # _nsinit.py reports a signal death as 128+n
         return ExecResult(
             returncode=None if timed_out else code,
             stdout=b"".join(out).decode(errors="replace"),
@@ -295,4 +611,6 @@ class Sandbox:
             duration=time.monotonic() - started,
             killed_by=killed_by,
             isolation=self.isolation,
+            memory_exceeded=bool(cgroups and cgroups.oom),
+            report=_verified_report(b"".join(channel), nonce) if report else None,
         )

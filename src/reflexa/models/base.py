@@ -19,7 +19,14 @@ class Completion:
     value: Any = None
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
+    """"stop", or "length" when the reply was cut off at max_tokens."""
     error: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was cut off at max_tokens: with a schema, re-ask for a shorter answer rather than
+        read a cut-off JSON value as a model mistake."""
+        return self.finish_reason == "length"
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,10 +69,9 @@ class ExperienceLibrary:
         if now - entry.last_used > self.ttl:
             self.store.delete(NAMESPACE, fingerprint)
             return None
-        entry.hits += 1
-        entry.last_used = now
-        self._put(entry)
-        return Lesson.from_dict(entry.lesson)
+        # Atomic: processes sharing the store never lose each other's hits.
+        updated = self.store.incr(NAMESPACE, fingerprint, {"hits": 1}, assign={"last_used": now})
+        return Lesson.from_dict(updated["lesson"]) if updated else None
 
     def learn(self, fingerprint: str, lesson: Lesson) -> None:
         now = self.clock()
@@ -84,14 +83,7 @@ class ExperienceLibrary:
 
     def outcome(self, fingerprint: str, success: bool) -> None:
         """Whether the repair worked: a failing one is demoted once failures outnumber successes."""
-        entry = self._get(fingerprint)
-        if entry is None:
-            return
-        if success:
-            entry.successes += 1
-        else:
-            entry.failures += 1
-        self._put(entry)
+        self.store.incr(NAMESPACE, fingerprint, {"successes" if success else "failures": 1})
 
     def entries(self) -> list[Entry]:
         return [Entry(**data) for _, data in self.store.items(NAMESPACE)]

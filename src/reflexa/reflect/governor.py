@@ -104,10 +104,9 @@ class Governor:
         """Count one run: `retried` when it failed its first attempt and made reflected retries."""
         if not retried:
             return
-        stats = self.stats(model, family)
-        stats.samples += 1
-        stats.conversions += int(converted)
-        stats.retry_tokens += retry_tokens
-        self.store.put(NAMESPACE, f"{model}|{family}", asdict(stats))
+        # Atomic: runs in other processes recording at the same time all count.
+        self.store.incr(NAMESPACE, f"{model}|{family}",
+                        {"samples": 1, "conversions": int(converted), "retry_tokens": retry_tokens},
+                        defaults=asdict(Stats()))
         if converted:
             self.store.put(CONVERTED, task_key(model, family, task), {"converted": True})

@@ -7,13 +7,13 @@ reply that does not parse is discarded, not retried; so is a lesson without conc
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
+from .. import structured
 from ..structured import Text80, Text300
 from ..types import Control, Lesson, Role, Signal, cap
 
@@ -75,8 +75,8 @@ def _control(reply: Reflection) -> Control | None:
         return None
     if reply.control == "force_action":
         try:
-            args = json.loads(reply.control_value) if reply.control_value else {}
-        except json.JSONDecodeError:
+            args = structured.loads(reply.control_value) if reply.control_value else {}
+        except ValueError:  # not JSON, or nested too deeply
             return None
         return Control("force_action", reply.control_tool, args=args if isinstance(args, dict) else {})
     return Control(reply.control, reply.control_tool, reply.control_arg, reply.control_value)

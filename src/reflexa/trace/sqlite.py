@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..types import Step
-from .store import RunRecord, step_from_row, to_json
+from .store import LEASE_TTL, Lease, RunRecord, apply_incr, decide_lease, step_from_row, storable, to_json
 
 BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another process's lock before failing."""
+OPEN_ATTEMPTS = 4
+"""Opening (WAL switch, migrations) is retried this many times when the file stays locked."""
 
 
 MIGRATIONS: list[str] = [
@@ -47,6 +53,13 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (ns, key)
     );
     """,
+    # 3: run leases: which process drives a run; a dead holder's lease is taken over
+    """
+    CREATE TABLE leases (
+        run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL,
+        pid_start INTEGER, acquired_at REAL NOT NULL, renewed_at REAL NOT NULL
+    );
+    """,
 ]
 """Append-only: a schema change is a new script at the end, never an edit to an old one. Each runs in
 one transaction together with its version bump, so a crash leaves the schema at a whole version."""
@@ -64,61 +77,109 @@ def default_path() -> Path:
 class SQLiteStore:
     """Runs and steps in SQLite; safe for several processes at once (WAL plus a busy timeout)."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, lease_ttl: float = LEASE_TTL) -> None:
         self.path = Path(path) if path else default_path()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: autocommit, so each step is committed the moment it is written.
-            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the trace store at {self.path}: {exc}",
+        self.lease_ttl = lease_ttl
+        # One connection shared by threads: a transaction must not interleave with another thread's writes.
+        self._lock = threading.RLock()
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = self._open()
+                return
+            except sqlite3.OperationalError as exc:
+                # A new file that many processes open at once: switching it to WAL needs every other
+                # connection's lock released, which the busy timeout alone may not see under load.
+                if "locked" in str(exc) and attempt + 1 < OPEN_ATTEMPTS:
+                    time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+                    continue
+                error: Exception = exc
+            except (sqlite3.Error, OSError) as exc:
+                error = exc
+            raise StoreError(f"cannot open the trace store at {self.path}: {error}",
                              hint="pass --trace PATH or set REFLEXA_TRACE to a writable file") from None
 
-    def _migrate(self) -> None:
-        if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: autocommit, so each step is committed the moment it is written.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        if db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
             return
         # Read the version inside the write lock: two processes opening a new file must not both migrate.
-        self.db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")
         try:
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in (s.strip() for s in script.split(";")):
                     if statement:
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version={number}")
-            self.db.execute("COMMIT")
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={number}")
+            db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         try:
-            self.db.execute(sql, params)
+            with self._lock:
+                self.db.execute(sql, params)
         except sqlite3.Error as exc:
             raise StoreError(f"trace store write failed: {exc}") from None
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:
-            return self.db.execute(sql, params).fetchall()
+            with self._lock:
+                return self.db.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"trace store read failed: {exc}") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the database's write lock up front (BEGIN IMMEDIATE), so a
+        read-modify-write in it cannot interleave with another process's: waiting for the lock honours the
+        busy timeout, where upgrading a read transaction would fail at once with "database is locked"."""
+        with self._lock:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                yield self.db
+                self.db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise StoreError(f"trace store write failed: {exc}") from None
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
     def start_run(self, record: RunRecord) -> None:
         self._write(
             "INSERT INTO runs (run_id, loop, task, status, started_at, meta) VALUES (?, ?, ?, ?, ?, ?)",
-            (record.run_id, record.loop, record.task, record.status, record.started_at, to_json(record.meta)),
+            (record.run_id, storable(record.loop), storable(record.task), record.status, record.started_at,
+             to_json(record.meta)),
         )
 
     def add_step(self, step: Step) -> None:
         self._write(
             "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (step.run_id, step.step_id, step.kind, step.role, to_json(step.input), to_json(step.output),
-             step.usage.input_tokens, step.usage.output_tokens, step.usage.calls, step.started_at, step.ended_at),
+            (step.run_id, step.step_id, storable(step.kind), storable(step.role) if step.role else step.role,
+             to_json(step.input), to_json(step.output), step.usage.input_tokens, step.usage.output_tokens,
+             step.usage.calls, step.started_at, step.ended_at),
         )
 
     def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
@@ -136,18 +197,31 @@ class SQLiteStore:
             meta=json.loads(row["meta"]), result=json.loads(row["result"]) if row["result"] else None,
         )
 
-    def runs(self, limit: int = 20) -> list[RunRecord]:
-        return [self._record(r) for r in self._read("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,))]
+    def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
+             since: float | None = None) -> list[RunRecord]:
+        where, params = ["1"], []
+        if loop is not None:
+            where.append("loop = ?")
+            params.append(loop)
+        if status is not None:
+            where.append("(status = ? OR stop_reason = ?)")
+            params += [status, status]
+        if since is not None:
+            where.append("started_at >= ?")
+            params.append(since)
+        sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY started_at DESC LIMIT ?"
+        return [self._record(r) for r in self._read(sql, (*params, limit))]
+
+    def find_runs(self, prefix: str) -> list[RunRecord]:
+        # substr, not LIKE: "%" and "_" in a prefix are characters, not wildcards.
+        rows = self._read("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? LIMIT 2", (len(prefix), prefix))
+        return [self._record(r) for r in rows]
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """A run by its id or by a unique prefix of it."""
-        matches = self.find_runs(run_id)
+        rows = self._read("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        matches = [self._record(rows[0])] if rows else self.find_runs(run_id)
         return matches[0] if len(matches) == 1 else None
-
-    def find_runs(self, prefix: str) -> list[RunRecord]:
-        """Up to two runs whose id starts with `prefix`, compared literally (no LIKE wildcards)."""
-        rows = self._read("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? LIMIT 2", (len(prefix), prefix))
-        return [self._record(r) for r in rows]
 
     def steps(self, run_id: str) -> list[Step]:
         return [step_from_row(dict(r)) for r in self._read("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))]
@@ -157,7 +231,8 @@ class SQLiteStore:
         return json.loads(rows[0][0]) if rows else None
 
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
-        self._write("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(value), time.time()))
+        self._write("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)",
+                    (storable(ns), storable(key), to_json(value), time.time()))
 
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
         rows = self._read("SELECT key, value FROM records WHERE ns=? ORDER BY key", (ns,))
@@ -165,6 +240,30 @@ class SQLiteStore:
 
     def delete(self, ns: str, key: str) -> None:
         self._write("DELETE FROM records WHERE ns=? AND key=?", (ns, key))
+
+    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
+             defaults: Mapping[str, Any] | None = None, *,
+             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        ns, key = storable(ns), storable(key)
+        with self._transaction() as db:
+            row = db.execute("SELECT value FROM records WHERE ns=? AND key=?", (ns, key)).fetchone()
+            if row is None and defaults is None:
+                return None
+            value = apply_incr(json.loads(row[0]) if row else dict(defaults or {}), fields, assign)
+            db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(value), time.time()))
+            return value
+
+    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM leases WHERE run_id=?", (run_id,)).fetchone()
+            lease = decide_lease(Lease(**dict(row)) if row else None, run_id, storable(owner), pid, time.time(),
+                                 self.lease_ttl)
+            db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (lease.run_id, lease.owner, lease.pid, lease.host, lease.pid_start, lease.acquired_at,
+                        lease.renewed_at))
+
+    def release_lease(self, run_id: str, owner: str) -> None:
+        self._write("DELETE FROM leases WHERE run_id=? AND owner=?", (run_id, storable(owner)))
 
     def close(self) -> None:
         self.db.close()

@@ -1,14 +1,29 @@
-"""The Store seam: runs and their steps. Every step is written before the next one starts."""
+"""The Store seam: runs and their steps. Every step is written before the next one starts.
+
+Besides runs and steps, a store holds keyed records shared across runs and processes (experience
+library, governor statistics, tool effects, search cache), updated atomically with `incr`, and run
+leases, so that two processes never drive one run at once.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import RunLeased
 from ..types import Step, Usage
+
+LEASE_TTL = 3600.0
+"""Seconds after which a lease held from another host counts as stale unless its owner renewed it
+(`acquire_lease` again). A lease held on this host is stale as soon as its process is gone."""
 
 
 @dataclass(slots=True)
@@ -33,9 +48,17 @@ class Store(Protocol):
     def add_step(self, step: Step) -> None: ...
     def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
                    status: str = "finished") -> None: ...
-    def runs(self, limit: int = 20) -> list[RunRecord]: ...
-    def get_run(self, run_id: str) -> RunRecord | None: ...
-    def find_runs(self, prefix: str) -> list[RunRecord]: ...
+    def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
+             since: float | None = None) -> list[RunRecord]:
+        """Newest first. `status` matches the run's status ("running", "finished") or its stop reason
+        ("PASSED", ...); `since` is a start time (epoch seconds)."""
+        ...
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """A run by its id or a unique prefix of it (matched literally); None when unknown or ambiguous."""
+        ...
+    def find_runs(self, prefix: str) -> list[RunRecord]:
+        """Up to two runs whose id starts with `prefix` (literally): none, one, or "ambiguous"."""
+        ...
     def steps(self, run_id: str) -> list[Step]: ...
     def close(self) -> None: ...
 
@@ -44,6 +67,33 @@ class Store(Protocol):
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None: ...
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]: ...
     def delete(self, ns: str, key: str) -> None: ...
+    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
+             defaults: Mapping[str, Any] | None = None, *,
+             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Atomically add `fields` to a record's numeric fields (a missing field counts as 0) and set
+        `assign`'s fields; a missing record starts from `defaults`, or stays missing (None) without them.
+        Returns the record as written. Concurrent increments from any number of processes all count."""
+        ...
+
+    # Run leases: one live process drives a run at a time.
+    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
+        """Hold `run_id` for `owner` (process `pid`). Taking it again as the same owner renews it. A lease
+        whose process is gone (same host) or that went unrenewed for LEASE_TTL (another host) is taken
+        over. Raises RunLeased, naming the holder's pid and start time, when a live holder has it."""
+        ...
+    def release_lease(self, run_id: str, owner: str) -> None:
+        """Give the lease up; a lease held by another owner is left alone."""
+        ...
+
+
+def storable(text: str) -> str:
+    """`text` with lone surrogates (e.g. "\\ud800", which no UTF-8 store accepts) replaced by U+FFFD; a
+    valid surrogate pair becomes the character it encodes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _default(value: Any) -> Any:
@@ -58,8 +108,85 @@ def _default(value: Any) -> Any:
 
 
 def to_json(value: Any) -> str:
-    """Serialise step payloads: dataclasses, enums and pydantic models included."""
-    return json.dumps(value, default=_default, ensure_ascii=False)
+    """Serialise step payloads: dataclasses, enums and pydantic models included. Lone surrogates,
+    anywhere in keys or values, are replaced (see `storable`): they must not fail a write."""
+    return storable(json.dumps(value, default=_default, ensure_ascii=False))
+
+
+def matches_run(record: RunRecord, loop: str | None, status: str | None, since: float | None) -> bool:
+    """The `runs()` filters, for stores that filter in Python."""
+    return ((loop is None or record.loop == loop)
+            and (status is None or status in (record.status, record.stop_reason))
+            and (since is None or record.started_at >= since))
+
+
+# --- leases -----------------------------------------------------------------------------------------------
+
+HOST = socket.gethostname()
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell it from a later process that
+    reuses its pid; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_alive(pid: int, start: int | None) -> bool:
+    """Whether process `pid` still runs and is the one that started at `start` (when known)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    if os.path.exists(f"/proc/{pid}/stat"):
+        now = process_start(pid)
+        return now is not None and (start is None or now == start)
+    return True
+
+
+@dataclass(slots=True)
+class Lease:
+    """Who holds a run."""
+
+    run_id: str
+    owner: str
+    pid: int
+    host: str
+    pid_start: int | None
+    acquired_at: float
+    renewed_at: float
+
+    def live(self, now: float, ttl: float = LEASE_TTL) -> bool:
+        if self.host == HOST:
+            return process_alive(self.pid, self.pid_start)
+        return now - self.renewed_at < ttl
+
+    def refusal(self) -> RunLeased:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.acquired_at))
+        return RunLeased(f"run {self.run_id} is held by pid {self.pid} on {self.host} (owner {self.owner}), "
+                         f"since {since}", run_id=self.run_id, pid=self.pid, host=self.host,
+                         since=self.acquired_at)
+
+
+def decide_lease(current: Lease | None, run_id: str, owner: str, pid: int, now: float,
+                 ttl: float = LEASE_TTL) -> Lease:
+    """The lease to write for this request, or raise RunLeased when a live holder has it."""
+    if current is not None and current.owner != owner and current.live(now, ttl):
+        raise current.refusal()
+    acquired = current.acquired_at if current is not None and current.owner == owner else now
+    return Lease(run_id, owner, pid, HOST, process_start(pid), acquired, now)
 
 
 def step_from_row(row: dict[str, Any]) -> Step:
@@ -77,21 +204,27 @@ def step_from_row(row: dict[str, Any]) -> Step:
 
 
 class MemoryStore:
-    """A store in a dict, for tests and for runs that should leave no trace on disk."""
+    """A store in a dict, for tests and for runs that should leave no trace on disk. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lease_ttl: float = LEASE_TTL) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[str, list[Step]] = {}
         self._records: dict[tuple[str, str], str] = {}
+        self._leases: dict[str, Lease] = {}
+        self._lock = threading.RLock()
+        self.lease_ttl = lease_ttl
 
     def start_run(self, record: RunRecord) -> None:
+        record = dataclasses.replace(record, loop=storable(record.loop), task=storable(record.task),
+                                     meta=json.loads(to_json(record.meta)))
         self._runs[record.run_id] = record
         self._steps[record.run_id] = []
 
     def add_step(self, step: Step) -> None:
         # Round-trip through JSON so tests see exactly what SQLite would keep.
-        self._steps[step.run_id].append(dataclasses.replace(step, input=json.loads(to_json(step.input)),
-                                                            output=json.loads(to_json(step.output))))
+        self._steps[step.run_id].append(dataclasses.replace(
+            step, kind=storable(step.kind), role=storable(step.role) if step.role else step.role,
+            input=json.loads(to_json(step.input)), output=json.loads(to_json(step.output))))
 
     def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
                    status: str = "finished") -> None:
@@ -99,16 +232,17 @@ class MemoryStore:
         record.status, record.stop_reason, record.ended_at = status, stop_reason, ended_at
         record.result = json.loads(to_json(result))
 
-    def runs(self, limit: int = 20) -> list[RunRecord]:
-        return sorted(self._runs.values(), key=lambda r: r.started_at, reverse=True)[:limit]
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        matches = self.find_runs(run_id)
-        return matches[0] if len(matches) == 1 else None
+    def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
+             since: float | None = None) -> list[RunRecord]:
+        found = [r for r in self._runs.values() if matches_run(r, loop, status, since)]
+        return sorted(found, key=lambda r: r.started_at, reverse=True)[:limit]
 
     def find_runs(self, prefix: str) -> list[RunRecord]:
-        """Up to two runs whose id starts with `prefix`, compared literally."""
         return [r for key, r in self._runs.items() if key.startswith(prefix)][:2]
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        matches = [self._runs[run_id]] if run_id in self._runs else self.find_runs(run_id)
+        return matches[0] if len(matches) == 1 else None
 
     def steps(self, run_id: str) -> list[Step]:
         return list(self._steps.get(run_id, []))
@@ -118,13 +252,44 @@ class MemoryStore:
         return json.loads(value) if value is not None else None
 
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
-        self._records[(ns, key)] = to_json(value)
+        self._records[(storable(ns), storable(key))] = to_json(value)
 
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
-        return sorted((k, json.loads(v)) for (n, k), v in self._records.items() if n == ns)
+        return sorted((k, json.loads(v)) for (n, k), v in list(self._records.items()) if n == ns)
 
     def delete(self, ns: str, key: str) -> None:
         self._records.pop((ns, key), None)
 
+    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
+             defaults: Mapping[str, Any] | None = None, *,
+             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        with self._lock:
+            value = self.get(ns, key)
+            if value is None and defaults is None:
+                return None
+            value = apply_incr(value if value is not None else dict(defaults or {}), fields, assign)
+            self.put(ns, key, value)
+            return value
+
+    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
+        with self._lock:
+            self._leases[run_id] = decide_lease(self._leases.get(run_id), run_id, owner, pid, time.time(),
+                                                self.lease_ttl)
+
+    def release_lease(self, run_id: str, owner: str) -> None:
+        with self._lock:
+            if (lease := self._leases.get(run_id)) is not None and lease.owner == owner:
+                del self._leases[run_id]
+
     def close(self) -> None:
         pass
+
+
+def apply_incr(value: dict[str, Any], fields: Mapping[str, int | float],
+               assign: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record after an `incr`: numeric fields added to (a missing or non-numeric one counts as 0)."""
+    for name, delta in fields.items():
+        current = value.get(name, 0)
+        value[name] = (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0) + delta
+    value.update(assign or {})
+    return value

@@ -1,0 +1,316 @@
+"""The harness PytestCheck and PythonScriptCheck run inside the sandbox, as `python -I -c <this text>`.
+
+It runs the tests in-process and reports their outcome as one JSON line on the sandbox's report channel
+(see sandbox.py), stamped with a nonce. The nonce's pipe is read and closed, the test sources read,
+hashed and compiled, before any untrusted code runs, so the code under test cannot learn the nonce from
+its environment, its arguments or its file descriptors: an early exit (`os._exit(0)`, `sys.exit(0)`), a
+forged exit status or a forged pytest summary leaves no valid report, and the check fails.
+
+What it cannot stop: code that reads the harness's own memory (walks the interpreter's frames up to it)
+runs in the same process and could forge a report. Against the common shortcuts it also records which
+test functions really returned (pytest's outcome alone can be rewritten by a plugin or a patch), checks
+that pytest's core functions are the ones it started with, and that the test file is unchanged.
+
+Standalone on purpose: it must not import reflexa (the sandboxed interpreter may see another copy).
+
+    python -I -c HARNESS pytest TEST_FILE
+    python -I -c HARNESS script CANDIDATE_FILE TESTS_FILE
+"""
+# Broad excepts throughout, on purpose: whatever the code under test raises or breaks, the harness must
+# still reach a verdict (or leave no report, which fails the check).
+# ruff: noqa: BLE001, S110, S112
+
+import ast
+import builtins
+import hashlib
+import json
+import os
+import reprlib
+import sys
+import traceback
+
+# Bound before any untrusted code runs: rebinding os.write or json.dumps later changes nothing here.
+_write, _dumps, _exit, _compile, _exec = os.write, json.dumps, os._exit, builtins.compile, builtins.exec
+_MESSAGE_CHARS = 500
+
+
+def _channel():
+    """Read the nonce, close its pipe, and return the function that sends the one report."""
+    nonce_fd, report_fd = (int(fd) for fd in os.environ.pop("REFLEXA_REPORT_FDS").split(","))
+    nonce = b""
+    while chunk := os.read(nonce_fd, 64):
+        nonce += chunk
+    os.close(nonce_fd)
+    os.set_inheritable(report_fd, False)
+    stamp = nonce.decode()
+
+    def send(data):
+        payload = (_dumps(dict(data, nonce=stamp), default=str) + "\n").encode()
+        while payload:
+            payload = payload[_write(report_fd, payload):]
+
+    return send
+
+
+def _finish(send, data, code):
+    """Send the report and leave at once: atexit hooks and threads of the code under test get no say."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    send(data)
+    _exit(code)
+
+
+def _short(text):
+    text = " ".join(str(text).split())
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+
+
+# --- pytest ---------------------------------------------------------------------------------------------
+
+_WATCHED = (
+    ("_pytest.python", "Function.runtest"), ("_pytest.python", "pytest_pyfunc_call"),
+    ("_pytest.runner", "runtestprotocol"), ("_pytest.runner", "call_and_report"),
+    ("_pytest.runner", "call_runtest_hook"), ("_pytest.runner", "pytest_runtest_call"),
+    ("_pytest.runner", "CallInfo.from_call"), ("_pytest.reports", "TestReport.from_item_and_call"),
+    ("_pytest.reports", "BaseReport.passed"), ("_pytest.reports", "BaseReport.failed"),
+    ("_pytest.main", "pytest_runtestloop"), ("_pytest.main", "Session.perform_collect"),
+    ("pluggy._callers", "_multicall"), ("pluggy._hooks", "HookCaller.__call__"),
+)
+"""pytest and pluggy internals whose replacement would let tests pass without running them."""
+
+
+def _watched():
+    """(label, owner, name, object) for each watched internal this pytest version has."""
+    import importlib
+
+    found = []
+    for module_name, dotted in _WATCHED:
+        try:
+            owner = importlib.import_module(module_name)
+            *path, name = dotted.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            found.append((f"{module_name}.{dotted}", owner, name, owner.__dict__.get(name)))
+        except Exception:
+            continue  # another pytest or pluggy version: watch what exists
+    return found
+
+
+def _recorder(pytest):
+    """A pytest plugin that counts what really happened."""
+
+    class Recorder:
+        def __init__(self):
+            self.collected = []
+            self.collect_errors = 0
+            self.called_ok = set()
+            self.passed = set()
+            self.failed = set()
+            self.errors = set()
+            self.skipped = set()
+            self.failures = []
+            self.internal_error = None
+
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_pyfunc_call(self, pyfuncitem):
+            # The test function itself returned without raising: a witness a rewritten report lacks.
+            outcome = yield
+            if outcome.excinfo is None:
+                self.called_ok.add(pyfuncitem.nodeid)
+
+        def pytest_collection_finish(self, session):
+            self.collected = [item.nodeid for item in session.items]
+
+        def pytest_collectreport(self, report):
+            if report.failed:
+                self.collect_errors += 1
+                self.failures.append([report.nodeid or "collection", _crash(report)])
+
+        def pytest_runtest_logreport(self, report):
+            nodeid = report.nodeid
+            if report.failed:
+                (self.failed if report.when == "call" else self.errors).add(nodeid)
+                self.failures.append([nodeid, _crash(report)])
+            elif report.skipped:
+                self.skipped.add(nodeid)
+            elif report.when == "call" and report.passed:
+                self.passed.add(nodeid)
+
+        def pytest_internalerror(self, excrepr, excinfo):
+            self.internal_error = _short(f"{excinfo.typename}: {excinfo.value}")
+
+    return Recorder()
+
+
+def _crash(report):
+    """The one-line reason of a failed report: pytest's crash message, else the last line."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return _short(crash.message)
+    lines = [line for line in str(longrepr).splitlines() if line.strip()]
+    return _short(lines[-1] if lines else "failed")
+
+
+def _sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def run_pytest(send, test_file):
+    import pytest
+
+    before = _sha256(test_file)
+    watched = _watched()
+    recorder = _recorder(pytest)
+    args = ["-q", "--no-header", "-p", "no:cacheprovider", "--tb=short", "-rfE", test_file]
+    try:
+        exit_code = int(pytest.main(args, plugins=[recorder]))
+    except BaseException as exc:  # SystemExit or KeyboardInterrupt out of pytest itself
+        _finish(send, {"finished": False, "reason": _short(f"{type(exc).__name__}: {exc}")}, 1)
+    tampered = []
+    if _sha256(test_file) != before:
+        tampered.append(f"the test file {test_file} was changed during the run")
+    tampered += [f"pytest internals replaced: {label}"
+                 for label, owner, name, obj in watched if owner.__dict__.get(name) is not obj]
+    unseen = sorted(recorder.passed - recorder.called_ok)
+    if unseen:
+        tampered.append(f"{len(unseen)} test(s) reported passing although their function never returned: "
+                        + ", ".join(unseen[:3]))
+    passed = recorder.passed & recorder.called_ok
+    data = {
+        "finished": True, "exit_code": exit_code, "collected": len(recorder.collected),
+        "ids": recorder.collected[:500], "passed": len(passed), "failed": len(recorder.failed),
+        "errors": len(recorder.errors), "collect_errors": recorder.collect_errors,
+        "skipped": len(recorder.skipped),
+        "failures": recorder.failures[:10], "tampered": tampered, "internal_error": recorder.internal_error,
+    }
+    _finish(send, data, exit_code or 0)
+
+
+# --- a candidate followed by test code (HumanEval, MBPP) ----------------------------------------------
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple = 200, 200, 20, 20
+_REPR.maxdict, _REPR.maxset, _REPR.maxlevel = 10, 10, 4
+
+
+def _describe(text, got, message=None):
+    """The message of a rewritten assert: its source, and the value the candidate actually returned."""
+    try:
+        shown = _REPR.repr(got)
+    except BaseException:  # a hostile __repr__ must not hide the failure
+        shown = f"<unprintable {type(got).__name__}>"
+    out = f"assert {text} failed: got {shown}"
+    if message is not None:
+        try:
+            out += f" ({message})"
+        except BaseException:
+            pass
+    return out[:_MESSAGE_CHARS]
+
+
+class _Rewrite(ast.NodeTransformer):
+    """`assert f(x) == y` becomes `assert (_reflexa_got := f(x)) == y, _reflexa_describe(...)`, so a
+    failure names the actual value without calling the candidate twice. Also `assert f(x)` and
+    `assert not f(x)`. Other asserts stay as written."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def visit_Assert(self, node):
+        test = node.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            holder, slot = test, "left"
+        elif isinstance(test, ast.Call):
+            holder, slot = node, "test"
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            holder, slot = test, "operand"
+        else:
+            return node
+        text = ast.get_source_segment(self.source, test) or ast.unparse(test)
+        got = ast.NamedExpr(target=ast.Name("_reflexa_got", ast.Store()), value=getattr(holder, slot))
+        setattr(holder, slot, ast.copy_location(got, getattr(holder, slot)))
+        node.msg = ast.copy_location(ast.Call(
+            func=ast.Name("_reflexa_describe", ast.Load()),
+            args=[ast.Constant(" ".join(text.split())), ast.Name("_reflexa_got", ast.Load()),
+                  node.msg or ast.Constant(None)],
+            keywords=[]), node)
+        return ast.fix_missing_locations(node)
+
+
+def _compile_tests(source, filename):
+    try:
+        tree = _Rewrite(source).visit(ast.parse(source, filename))
+        return _compile(tree, filename, "exec", dont_inherit=True, optimize=0)
+    except Exception:  # whatever the rewrite trips on, the tests still run as written
+        return _compile(source, filename, "exec", dont_inherit=True, optimize=0)
+
+
+def _where(tb, files):
+    """`file:line: source` of the innermost frame in the candidate or the tests."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        if frame.filename in files:
+            found = f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return _short(found or "")
+
+
+def run_script(send, candidate_file, tests_file):
+    with open(candidate_file, encoding="utf-8", errors="replace") as fh:
+        candidate = fh.read()
+    with open(tests_file, encoding="utf-8", errors="replace") as fh:
+        tests = fh.read()
+    stage = "candidate"
+    try:
+        candidate_code = _compile(candidate, candidate_file, "exec", dont_inherit=True, optimize=0)
+        stage = "tests"
+        tests_code = _compile_tests(tests, tests_file)
+    except BaseException as exc:  # a syntax error: nothing ran
+        traceback.print_exception(type(exc), exc, None)
+        _finish(send, {"finished": False, "stage": stage, "ran": False, "error": type(exc).__name__,
+                       "message": _short(exc), "where": ""}, 1)
+    namespace = {"__name__": "__main__", "__file__": candidate_file, "__builtins__": builtins,
+                 "_reflexa_describe": _describe}
+    stage = "candidate"
+    try:
+        _exec(candidate_code, namespace)
+        stage = "tests"
+        _exec(tests_code, namespace)
+    except BaseException as exc:  # SystemExit included: an exit before the tests end is no pass
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        try:
+            traceback.print_exception(type(exc), exc, tb)
+        except BaseException:
+            print(f"{type(exc).__name__}", file=sys.stderr)
+        try:
+            message = _short(exc)
+        except BaseException:
+            message = "<unprintable>"
+        _finish(send, {"finished": False, "stage": stage, "ran": True, "error": type(exc).__name__,
+                       "message": message, "where": _where(tb, (candidate_file, tests_file))}, 1)
+    _finish(send, {"finished": True}, 0)
+
+
+def main():
+    channel = _channel()
+    mode, *paths = sys.argv[1:]
+
+    def send(data):
+        channel(dict(data, mode=mode))
+
+    sys.argv = [paths[0]] if paths else ["harness"]
+    if mode == "pytest":
+        run_pytest(send, *paths)
+    else:
+        run_script(send, *paths)
+
+
+if __name__ == "__main__":
+    main()
