@@ -231,6 +231,7 @@ def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
             },
         },
     )
+    store.release_lease(run.run_id, run.owner)  # the process that started it is gone
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
     result = runner.invoke(app, ["resume", run.run_id[:10], "--model", f"scripted:{replies}", "--trace", str(trace)])
@@ -346,3 +347,31 @@ def test_evidence_urls_and_title_urls_never_reach_the_output():
     )
     result = research("How tall is the Eiffel Tower?", Hostile(), session=Session(model=model))
     assert "evil.example" not in result.output and "https://good.example/page" in result.output
+
+
+def test_a_run_another_live_process_works_on_cannot_be_resumed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from reflexa import RunLeased
+    from reflexa.runtime import Run
+
+    path = tmp_path / "t.db"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from reflexa import Budget, ScriptedModel, SQLiteStore; from reflexa.runtime import Run; "
+        f"run = Run('refine', 't', ScriptedModel([]), budget=Budget(), store=SQLiteStore({str(path)!r})); "
+        "print(run.run_id, flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        run_id = holder.stdout.readline().strip()
+        with pytest.raises(RunLeased) as refused:
+            Run("refine", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=SQLiteStore(path),
+                resume=run_id)
+        assert str(holder.pid) in str(refused.value) and "since" in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is gone: its lease is stale, and the run can be taken over.
+    run = Run("refine", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=SQLiteStore(path),
+              resume=run_id)
+    assert run.run_id == run_id and os.getpid() > 0

@@ -5,6 +5,8 @@ Every step is written to the store before the next one starts, so a killed run r
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -70,11 +72,14 @@ class Run:
         self.observer = observer
         self.budget_stop: StopReason | None = None
         self.resumed_steps: list[Step] = []
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """Who holds this run's lease: a second process that tries to resume it meanwhile is refused."""
         if resume is None:
             self.run_id = uuid.uuid4().hex
             self.next_step = 1
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget, **(meta or {})}))
+            self.store.acquire_lease(self.run_id, self.owner, os.getpid())
             return
         record = self.store.get_run(resume)
         if record is None:
@@ -83,6 +88,8 @@ class Run:
             raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
         if record.loop != loop:
             raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run, not {loop}")
+        self.store.acquire_lease(record.run_id, self.owner, os.getpid())  # RunLeased if another process works on it
+        self.store.reopen_run(record.run_id)
         self.run_id = record.run_id
         self.resumed_steps = self.store.steps(record.run_id)
         self.next_step = (self.resumed_steps[-1].step_id + 1) if self.resumed_steps else 1
@@ -150,4 +157,5 @@ class Run:
         result.steps = self.next_step - 1
         status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
         self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
+        self.store.release_lease(self.run_id, self.owner)
         return result

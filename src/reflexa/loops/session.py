@@ -141,6 +141,10 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
         # A bug in reflexa or in a user's tool or check: the run still ends in the store, never "running".
         finish(StopReason.ERROR, f"internal error: {type(exc).__name__}: {exc}"[:500])
         raise
+    finally:
+        # Whatever ended the body, this process no longer works on the run (a SIGKILL leaves a lease
+        # whose process is gone, which the next resume takes over).
+        session.store.release_lease(run.run_id, run.owner)
     return finish(stop.stop_reason, stop.error)
 
 

@@ -174,6 +174,9 @@ class SQLiteStore:
              to_json(record.meta)),
         )
 
+    def reopen_run(self, run_id: str) -> None:
+        self._write("UPDATE runs SET status='running', stop_reason=NULL, ended_at=NULL WHERE run_id=?", (run_id,))
+
     def add_step(self, step: Step) -> None:
         self._write(
             "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -45,6 +45,9 @@ class Store(Protocol):
     """Where runs and steps live. SQLite by default; an in-memory store for tests."""
 
     def start_run(self, record: RunRecord) -> None: ...
+    def reopen_run(self, run_id: str) -> None:
+        """Mark an unfinished (interrupted or killed) run as running again, for a resume."""
+        ...
     def add_step(self, step: Step) -> None: ...
     def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
                    status: str = "finished") -> None: ...
@@ -219,6 +222,10 @@ class MemoryStore:
                                      meta=json.loads(to_json(record.meta)))
         self._runs[record.run_id] = record
         self._steps[record.run_id] = []
+
+    def reopen_run(self, run_id: str) -> None:
+        record = self._runs[run_id]
+        record.status, record.stop_reason, record.ended_at = "running", None, None
 
     def add_step(self, step: Step) -> None:
         # Round-trip through JSON so tests see exactly what SQLite would keep.
