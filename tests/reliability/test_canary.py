@@ -71,3 +71,20 @@ def test_scratch_copy_holds_no_dotfiles(workdir):
     listing = check.run("print(1)", CheckContext()).evidence
     assert "snoop.py" in listing and ".env" not in listing
     assert not any(Path(workdir).glob("answer.py"))
+
+
+def test_a_canary_reaches_neither_the_store_nor_any_prompt(workdir, monkeypatch, tmp_path):
+    from reflexa import ScriptedModel, Session, SQLiteStore, refine
+
+    monkeypatch.chdir(workdir)
+    trace = tmp_path / "trace.db"
+    snoop = f"```python\n{SNOOP}\nprint(open({str(workdir / '.env')!r}).read())\n```"
+    lesson = {"failure_step": "1", "observed_mismatch": "exit 1", "root_cause": "r", "correction": "c"}
+    model = ScriptedModel([snoop, lesson, snoop, lesson, snoop])
+    check = CommandCheck(f"{sys.executable} answer.py; env; exit 1", out="answer.py", workdir=workdir)
+    refine("print something", [check], session=Session(model=model, store=SQLiteStore(trace)))
+    prompts = repr(model.prompts)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("trace.db*"))
+    for canary in CANARIES:
+        assert canary not in prompts
+        assert canary.encode() not in stored

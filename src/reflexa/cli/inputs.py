@@ -46,10 +46,10 @@ def read_task(task: str) -> str:
 def check_out(out: Path, *, force: bool) -> Path:
     """Where the best candidate goes: inside the working directory unless `force`, never through a
     symlink, never a directory. Checked before the run, so a bad --out costs no tokens."""
-    if out.suffix == "":
-        raise ConfigError(f"--out needs a file name with a suffix, got {out}")
     if out.is_dir():
         raise ConfigError(f"--out names a directory: {out}")
+    if out.suffix == "":
+        raise ConfigError(f"--out needs a file name with a suffix, got {out}")
     if out.is_symlink():
         raise ConfigError(f"--out is a symlink: {out}", hint="give a plain file path")
     if not out.parent.is_dir():

@@ -1,0 +1,67 @@
+"""Bad CLI input gets one line of error and exit 2 (or a clear failing signal), never a traceback."""
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from reflexa.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "binary.md").write_bytes(b"\x00\x01\x02binary")
+    (tmp_path / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
+    (tmp_path / "tests.py").write_text("def test_x():\n    assert True\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "replies.json").write_text(json.dumps(["```\nx\n```"]))
+    (tmp_path / "notdb.sqlite").write_text("hello")
+    os.symlink("/tmp/elsewhere.py", tmp_path / "link.py")
+    return tmp_path
+
+
+CASES = [
+    (["refine", "--task", "binary.md", "--tests", "tests.py"], "binary"),
+    (["refine", "--task", "latin1.md", "--tests", "tests.py"], "UTF-8"),
+    (["refine", "--task", "adir", "--tests", "tests.py"], "directory"),
+    (["refine", "--task", "t", "--tests", "binary.md"], "binary"),
+    (["refine", "--task", "t", "--tests", "missing.py"], "not found"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", "adir"], "directory"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", "link.py"], "symlink"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", "../../x.py"], "inside the working directory"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", "/etc/x.py"], "inside the working directory"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--timeout", "inf"], "timeout"),
+    (["refine", "--task", "   ", "--tests", "tests.py"], "empty"),
+    (["refine", "--task", "t"], "nothing to check"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--context", "some"], "latest or full"),
+    (["react", "q", "--db", "notdb.sqlite"], "not an SQLite database"),
+    (["react", "q", "--db", "adir"], "database not found"),
+    (["react", "q", "--db", "missing.sqlite"], "database not found"),
+    (["research", "q", "--corpus", "missing"], "corpus"),
+    (["research", "q"], "--corpus is required"),
+    (["show", "%"], "no run has an id starting with"),
+    (["show", "_"], "no run has an id starting with"),
+    (["resume", "nope"], "no run has an id starting with"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_input_is_one_clear_line(work, args, message):
+    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"] if args[0] in ("refine", "react", "research")
+                           else args)
+    assert result.exit_code == 2, result.output
+    assert message.lower() in result.output.lower(), result.output
+    assert "Traceback" not in result.output
+    assert not (work / "x.py").exists()
+
+
+def test_show_with_a_wildcard_never_matches_a_real_run(work):
+    ran = runner.invoke(app, ["refine", "--task", "t", "--tests", "tests.py", "--model", "scripted:replies.json"])
+    assert ran.exit_code in (0, 3), ran.output
+    for wildcard in ("%", "_"):
+        result = runner.invoke(app, ["show", wildcard])
+        assert result.exit_code == 2
