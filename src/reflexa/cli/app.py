@@ -363,16 +363,23 @@ def show(
 
 
 @app.command()
-def models() -> None:
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the backends as JSON.")] = False,
+) -> None:
     """Which model backends are usable here, and why not for the others."""
-    from rich.table import Table
+    with clean_errors():
+        from rich.table import Table
 
-    from ..models.spec import availability
+        from ..models.spec import availability
 
-    table = Table("backend", "usable", "detail")
-    for row in availability():
-        table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
-    console.print(table)
+        rows = availability()
+        if as_json:
+            print(json.dumps({"backends": [dataclasses.asdict(r) for r in rows]}, indent=2))
+            return
+        table = Table("backend", "usable", "detail")
+        for row in rows:
+            table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
+        console.print(table)
 
 
 def main() -> None:
