@@ -98,6 +98,8 @@ def test_the_configured_spec_is_the_default(monkeypatch, tmp_path):
     ("openai:http://127.0.0.1:notaport/v1#m", "bad server URL"),
     ("openai:http:///v1#m", "no host"),
     ("scripted:.", "is a directory"),
+    ("local:/etc/passwd", "not a GGUF model file"),
+    ("local:.", "not a regular file"),
     ("local:/no/such/model.gguf", "model file not found"),
     ("nope:x", "unknown model spec"),
 ])
@@ -121,8 +123,12 @@ def test_anthropic_without_a_key_is_a_clear_error():
     assert result.exit_code == 2 and "ANTHROPIC_API_KEY" in result.output and "Traceback" not in result.output
 
 
-def test_models_json_lists_the_backends(plugin):
+def test_models_json_lists_backends_and_named_local_models(plugin):
     result = runner.invoke(app, ["models", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert {row["backend"] for row in data["backends"]} >= {"local", "openai", "anthropic", "scripted", "fake"}
+    local = {row["name"]: row for row in data["local_models"]}
+    assert local["qwen"]["spec"] == "local" and local["qwen"]["default"]
+    assert local["qwen"]["sha256"] == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert local["smollm2"]["state"] in ("verified", "unverified", "not installed")

@@ -25,18 +25,20 @@ def _create_local(target: str) -> Model:
 
 
 def _local_availability() -> list[Availability]:
-    from ..errors import ModelNotInstalled
-    from .local import INSTALL_HINT, default_weights
+    from .local import INSTALL_HINT
+    from .named import DEFAULT, NAMED
+    from .weights import missing_packages, state
 
     if not _installed("llama_cpp"):
         return [Availability("local", False, f"llama-cpp-python missing: {INSTALL_HINT}")]
-    try:
-        return [Availability("local", True, f"SmolLM2-135M-Instruct at {default_weights()}")]
-    except ModelNotInstalled as exc:
-        return [Availability("local", False, f"{exc}: {exc.hint}")]
+    model = NAMED[DEFAULT]
+    if missing_packages(model):
+        return [Availability("local", False, f"{model.description}: weights not installed: {model.install_hint}")]
+    return [Availability("local", True, f"{model.description}, {state(model)}; other models: "
+                         f"{', '.join(f'local:{n}' for n in NAMED if n != DEFAULT)}, local:PATH.gguf")]
 
 
-LOCAL = Backend("local", "local[:PATH.gguf]", _create_local, _local_availability)
+LOCAL = Backend("local", "local[:NAME|:PATH.gguf]", _create_local, _local_availability)
 
 
 def _create_openai(target: str) -> Model:

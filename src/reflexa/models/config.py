@@ -1,4 +1,4 @@
-"""Settings read from the environment and the config files."""
+"""Settings read from the environment and the config files: the model spec and llama.cpp's thread count."""
 
 from __future__ import annotations
 
@@ -42,3 +42,44 @@ def configured_spec() -> str:
     if found is not None and found[0]:
         return str(found[0])
     return DEFAULT_SPEC
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """One core fewer than the machine has (at least one).
+
+    llama.cpp's decode threads spin-wait for each other at every step, so when the thread count equals the
+    core count, any other busy process stalls all of them: measured on two cores with one CPU-bound
+    neighbour, Qwen2.5-Coder-0.5B decoded several times faster with one thread than with two (see
+    bench/results/threads.json). Leaving one core free costs about a third of the idle speed instead.
+    """
+    return max(1, usable_cores() - 1)
+
+
+def threads() -> int:
+    """llama.cpp's thread count: $REFLEXA_THREADS, else `threads = N` in a config file, else
+    `default_threads()`. Anything but a positive whole number is a ConfigError."""
+    raw: Any
+    if env := os.environ.get("REFLEXA_THREADS"):
+        raw, source = env, "$REFLEXA_THREADS"
+    elif (found := config_value("threads")) is not None:
+        raw, source = found[0], str(found[1])
+    else:
+        return default_threads()
+    count = 0
+    if not isinstance(raw, (bool, float)):  # int(True) and int(1.5) would pass silently
+        try:
+            count = int(raw)
+        except (TypeError, ValueError):
+            count = 0
+    if count < 1:
+        raise ConfigError(f"threads must be a whole number of at least 1, not {raw!r} (from {source})",
+                          hint=f"this machine has {usable_cores()} usable cores; {default_threads()} is the default")
+    return count
