@@ -1,5 +1,6 @@
 """The local backend's spec handling and thread count, without loading a model."""
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -79,7 +80,7 @@ def test_local_is_the_assembled_default(tmp_path, monkeypatch):
 
     files, whole = make_parts(tmp_path / "site", prefix="localpart")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setitem(named.NAMED, "qwen", fake_model(files, whole, prefix="localpart"))
+    monkeypatch.setitem(named.NAMED, "qwen", dataclasses.replace(fake_model(files, whole, prefix="localpart"), name="qwen"))
     model = LocalModel()
     assert model.name == "local:qwen" and model.path.read_bytes() == whole
     assert model.path.parent == weights.models_dir()
