@@ -383,10 +383,9 @@ def models(
         for row in rows:
             table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
         console.print(table)
-        named = Table("local model", "spec", "size", "installed", "hash", "description")
+        named = Table("local model", "weights", "size", "installed", "hash")
         for m in local:
-            named.add_row(m.name, m.spec, f"{m.size / 1e6:.0f} MB", "yes" if m.installed else "no", m.state,
-                          m.description)
+            named.add_row(m.spec, m.description, f"{m.size / 1e6:.0f} MB", "yes" if m.installed else "no", m.state)
         console.print(named)
 
 

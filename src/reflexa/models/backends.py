@@ -34,7 +34,7 @@ def _local_availability() -> list[Availability]:
     model = NAMED[DEFAULT]
     if missing_packages(model):
         return [Availability("local", False, f"{model.description}: weights not installed: {model.install_hint}")]
-    return [Availability("local", True, f"{model.description}, {state(model)}; other models: "
+    return [Availability("local", True, f"{model.description} (default), {state(model)}; also: "
                          f"{', '.join(f'local:{n}' for n in NAMED if n != DEFAULT)}, local:PATH.gguf")]
 
 

