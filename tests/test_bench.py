@@ -51,3 +51,14 @@ def test_hotpotqa_script(tmp_path):
     run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--data", str(data), "--out", str(out_file))
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
+
+
+def test_threads_script(tmp_path, embedded):
+    # SmolLM2, one thread count and a handful of tokens: this checks that the script runs, not how fast
+    # anything is (two threads beside a busy process take minutes on a loaded two-core machine).
+    out_file = tmp_path / "threads.json"
+    out = run("bench/threads.py", "--model", "smollm2", "--threads", "1", "--tokens", "6", "--max-seconds", "5",
+              "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert [(r["threads"], r["neighbour"]) for r in report["runs"]] == [(1, "none"), (1, "one busy process")]
+    assert "tok/s" in out and report["model"] == "local:smollm2"

@@ -55,10 +55,12 @@ def usable_cores() -> int:
 def default_threads() -> int:
     """One core fewer than the machine has (at least one).
 
-    llama.cpp's decode threads spin-wait for each other at every step, so when the thread count equals the
-    core count, any other busy process stalls all of them: measured on two cores with one CPU-bound
-    neighbour, Qwen2.5-Coder-0.5B decoded several times faster with one thread than with two (see
-    bench/results/threads.json). Leaving one core free costs about a third of the idle speed instead.
+    llama.cpp's decode threads spin-wait for each other at every token, so when the thread count equals
+    the core count, one other busy process stalls all of them. Qwen2.5-Coder-0.5B on two cores with one
+    other process busy: 23.1 tok/s with one thread, 0.3 with two; with two others busy, 11.8 against 0.2
+    (bench/results/threads.json). On an idle machine one thread gives up about a third of the speed
+    (29.4 against 43.8 tok/s, measured earlier on the same kind of machine): a small price next to a 70x
+    collapse. Set $REFLEXA_THREADS or `threads = N` to use every core on a machine kept idle.
     """
     return max(1, usable_cores() - 1)
 
