@@ -42,6 +42,7 @@ def cache_dir() -> Path:
 
 
 def models_dir() -> Path:
+    """Where assembled models and their stamps live."""
     return cache_dir() / "models"
 
 
@@ -96,6 +97,7 @@ def _write_stamp(model: NamedModel, path: Path) -> None:
 
 
 def sha256_of(path: Path) -> str:
+    """The file's SHA-256, read in CHUNK-sized pieces."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
@@ -177,6 +179,8 @@ def _matches(model: NamedModel, path: Path) -> bool:
 
 @contextlib.contextmanager
 def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `target`'s lock file. No timeout: a waiter waits as long as the builder
+    takes (seconds), and the kernel releases the lock when the builder exits, even if it is killed."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target.parent / f"{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -250,6 +254,7 @@ class ModelStatus:
     default: bool
 
     def to_dict(self) -> dict[str, object]:
+        """The row as plain JSON-ready values."""
         return asdict(self)
 
 
