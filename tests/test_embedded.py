@@ -2,12 +2,15 @@
 
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from reflexa import Budget, PytestCheck, Session, SQLiteStore, StopReason, refine
 from reflexa.models.local import load_llama
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "is_prime"
+
+pytestmark = pytest.mark.model
 
 
 class Verdict(BaseModel):
@@ -16,11 +19,20 @@ class Verdict(BaseModel):
 
 
 def test_model_loads_once_per_process(embedded):
+    assert embedded.name == "local:smollm2"
     assert embedded.llama is embedded.llama
-    assert (
-        load_llama(embedded.path or __import__("reflexa.models.local").models.local.default_weights(), embedded.n_ctx)
-        is embedded.llama
-    )
+    assert load_llama(embedded.path, embedded.n_ctx, embedded.n_threads) is embedded.llama
+
+
+def test_the_default_qwen_model_answers_plain_and_structured(qwen):
+    assert qwen.name == "local:qwen" and qwen.path.stat().st_size == 491_400_064
+    completion = qwen.complete([{"role": "user", "content": "Say hello in one word."}], max_tokens=8)
+    assert completion.text.strip() and 0 < completion.usage.output_tokens <= 8
+    # The grammar path with Qwen's own chat template (built into the GGUF, not chatml).
+    completion = qwen.complete(
+        [{"role": "user", "content": "Is 7 prime? Reply with a status and a confidence from 0 to 10."}],
+        schema=Verdict, max_tokens=48)
+    assert isinstance(completion.value, Verdict), completion.error
 
 
 def test_plain_completion_reports_usage(embedded):

@@ -10,7 +10,6 @@ import pytest
 from pydantic import BaseModel
 
 from reflexa import RegexCheck, Session, StopReason, refine, resolve_model
-from reflexa.models.local import default_weights
 
 pytestmark = pytest.mark.server
 
@@ -32,24 +31,9 @@ def server(embedded, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(default_weights()),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "2048",
-                "--n_threads",
-                "2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded.path), "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
+            stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 90
     try:

@@ -28,9 +28,10 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec: local, openai:MODEL, "
-                     "openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, scripted:FILE. Default: $REFLEXA_MODEL, "
-                     "reflexa.toml, then local.", show_default=False)]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec: local (Qwen2.5-Coder-0.5B), "
+                     "local:smollm2, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
+                     "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
+                     show_default=False)]
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
                      "trace.db in the user data directory.", show_default=False)]
 
@@ -450,16 +451,29 @@ def show(
 
 
 @app.command()
-def models() -> None:
-    """Which model backends are usable here, and why not for the others."""
-    from rich.table import Table
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print backends and local models as JSON.")] = False,
+) -> None:
+    """Which model backends are usable here (and why not for the others), and the named local models."""
+    with clean_errors():
+        from rich.table import Table
 
-    from ..models.spec import availability
+        from ..models.spec import availability
+        from ..models.weights import inventory
 
-    table = Table("backend", "usable", "detail")
-    for row in availability():
-        table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
-    console.print(table)
+        rows, local = availability(), inventory()
+        if as_json:
+            print(json.dumps({"backends": [dataclasses.asdict(r) for r in rows],
+                              "local_models": [m.to_dict() for m in local]}, indent=2))
+            return
+        table = Table("backend", "usable", "detail")
+        for row in rows:
+            table.add_row(row.backend, "[green]yes[/green]" if row.usable else "[red]no[/red]", row.detail)
+        console.print(table)
+        named = Table("local model", "weights", "size", "installed", "hash")
+        for m in local:
+            named.add_row(m.spec, m.description, f"{m.size / 1e6:.0f} MB", "yes" if m.installed else "no", m.state)
+        console.print(named)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ responses through an `httpx2.MockTransport`."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
@@ -32,6 +33,10 @@ class AnthropicModel(Model):
             ) from None
         if not model:
             raise ConfigError("no model named", hint="use anthropic:MODEL, e.g. anthropic:claude-sonnet-4-6")
+        # Checked here: the SDK builds a client without a key and fails only at the first request.
+        if api_key is None and not os.environ.get("ANTHROPIC_API_KEY"):
+            raise ConfigError("ANTHROPIC_API_KEY is not set", hint="export ANTHROPIC_API_KEY=..., or pick another "
+                              "backend (`reflexa models` lists them)")
         try:
             self.client = anthropic.Anthropic(
                 api_key=api_key, timeout=timeout, max_retries=max_retries, http_client=http_client

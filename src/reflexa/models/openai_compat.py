@@ -47,7 +47,13 @@ def parse_target(target: str) -> tuple[str | None, str, str | None]:
     """Split `http://host:port/v1?profile=llamacpp#MODEL` (or a bare `MODEL`) into (base_url, model, profile)."""
     if not target.startswith(("http://", "https://")):
         return None, target, None
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018 - parsed lazily; a bad port raises here, not at the first request
+    except ValueError as exc:
+        raise ConfigError(f"bad server URL {target!r}: {exc}", hint="use openai:http://HOST:PORT/v1#MODEL") from None
+    if not parts.hostname:
+        raise ConfigError(f"bad server URL {target!r}: no host", hint="use openai:http://HOST:PORT/v1#MODEL")
     profile = parse_qs(parts.query).get("profile", [None])[0]
     if profile is not None and profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}", hint=f"use one of: {', '.join(PROFILES)}")

@@ -38,12 +38,20 @@ class ScriptedModel(Model):
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
+        """Replies from a UTF-8 JSON file holding a list. Anything else is a ConfigError."""
+        hint = "give a JSON file holding a list of replies: scripted:replies.json"
         try:
-            replies = json.loads(Path(path).read_text())
+            replies = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(f"scripted replies file not found: {path}") from None
+            raise ConfigError(f"scripted replies file not found: {path}", hint=hint) from None
+        except IsADirectoryError:
+            raise ConfigError(f"scripted replies path is a directory: {path}", hint=hint) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read scripted replies file {path}: {exc.strerror or exc}", hint=hint) from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"scripted replies file is not UTF-8 text: {path}", hint=hint) from None
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"scripted replies file is not JSON: {path}: {exc}") from None
+            raise ConfigError(f"scripted replies file is not JSON: {path}: {exc}", hint=hint) from None
         if not isinstance(replies, list):
             raise ConfigError(f"scripted replies file must hold a JSON list: {path}")
         return cls(replies)

@@ -1,0 +1,87 @@
+"""Settings read from the environment and the config files: the model spec and llama.cpp's thread count."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+CONFIG_NAME = "reflexa.toml"
+DEFAULT_SPEC = "local"
+
+
+def config_paths() -> list[Path]:
+    """Config files in the order they are read: ./reflexa.toml, then the user's config directory."""
+    from platformdirs import user_config_dir
+
+    return [Path.cwd() / CONFIG_NAME, Path(user_config_dir("reflexa")) / "config.toml"]
+
+
+def config_value(key: str) -> tuple[Any, Path] | None:
+    """The first config file that sets `key`: (value, file). None when no file sets it."""
+    for path in config_paths():
+        if path.is_file():
+            try:
+                data = tomllib.loads(path.read_text())
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+            if key in data:
+                return data[key], path
+    return None
+
+
+def configured_spec() -> str:
+    """The model spec in force when no flag names one: $REFLEXA_MODEL, then `model = "..."` in a config
+    file, then `local`. An empty value counts as unset here; an explicit empty flag is an error."""
+    if spec := os.environ.get("REFLEXA_MODEL"):
+        return spec
+    found = config_value("model")
+    if found is not None and found[0]:
+        return str(found[0])
+    return DEFAULT_SPEC
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """One core fewer than the machine has (at least one).
+
+    llama.cpp's decode threads spin-wait for each other at every token, so when the thread count equals
+    the core count, one other busy process stalls all of them. Qwen2.5-Coder-0.5B on two cores with one
+    other process busy: 23.1 tok/s with one thread, 0.3 with two; with two others busy, 11.8 against 0.2
+    (bench/results/threads.json). On an idle machine one thread gives up about a third of the speed
+    (29.4 against 43.8 tok/s, measured earlier on the same kind of machine): a small price next to a 70x
+    collapse. Set $REFLEXA_THREADS or `threads = N` to use every core on a machine kept idle.
+    """
+    return max(1, usable_cores() - 1)
+
+
+def threads() -> int:
+    """llama.cpp's thread count: $REFLEXA_THREADS, else `threads = N` in a config file, else
+    `default_threads()`. Anything but a positive whole number is a ConfigError."""
+    raw: Any
+    if env := os.environ.get("REFLEXA_THREADS"):
+        raw, source = env, "$REFLEXA_THREADS"
+    elif (found := config_value("threads")) is not None:
+        raw, source = found[0], str(found[1])
+    else:
+        return default_threads()
+    count = 0
+    if not isinstance(raw, (bool, float)):  # int(True) and int(1.5) would pass silently
+        try:
+            count = int(raw)
+        except (TypeError, ValueError):
+            count = 0
+    if count < 1:
+        raise ConfigError(f"threads must be a whole number of at least 1, not {raw!r} (from {source})",
+                          hint=f"this machine has {usable_cores()} usable cores; {default_threads()} is the default")
+    return count
