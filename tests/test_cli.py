@@ -89,7 +89,7 @@ def test_refine_with_check_command_writes_out(tmp_path, monkeypatch):
 
 
 def test_unsolved_run_exits_3_with_its_stop_reason(tmp_path):
-    spec = replies(tmp_path, WRONG, LESSON, WRONG)
+    spec = replies(tmp_path, WRONG, LESSON, WRONG, WRONG)  # the repeat gets one sampled attempt, which repeats too
     result = invoke("refine", "--task", "t", "--tests", str(EXAMPLE / "test_solution.py"), "--model", spec)
     assert result.exit_code == 3 and "NO_PROGRESS" in result.output
 

@@ -60,7 +60,7 @@ def test_final_answer_comes_from_structure_not_text(shop):
 
 def test_false_claim_fails_validation_and_is_reflected_on(shop):
     model = ScriptedModel(
-        [final("refunded"), lesson("refunded", "check the refunds table first"), final("not refunded")]
+        [final("refunded"), lesson("no refund row for order 1", "check the refunds table first"), final("not refunded")]
     )
     result = react(
         "Was order 1 refunded?",

@@ -63,8 +63,10 @@ def test_needs_improvement_revises_the_latest_candidate():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
     result = refine("the task", [Expect("good", score=0.5)], session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
-    revision = model.prompts[2][-1]["content"]
-    assert "Your latest answer" in revision and "```\none\n```" in revision
+    prompt = model.prompts[2]
+    assert prompt[0] == model.prompts[0][0]  # the revision continues the first conversation: a shared prefix
+    assert prompt[1] == {"role": "assistant", "content": "```\none\n```"}
+    revision = prompt[-1]["content"]
     assert "wanted good, got one" in revision and "return the right value" in revision
 
 
@@ -77,10 +79,27 @@ def test_evaluator_never_sees_the_plan():
 def test_identical_candidate_stops_with_no_progress():
     model = ScriptedModel([answer("one"), LESSON, answer("one")])
     store = MemoryStore()
-    result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5)
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5,
+                    resample=False)
     assert result.stop_reason is StopReason.NO_PROGRESS
     assert model.calls == 3
     assert any(s.kind == "no_progress" for s in store.steps(result.run_id))
+
+
+def test_a_repeated_revision_gets_one_sampled_fresh_attempt():
+    model = ScriptedModel([answer("one"), LESSON, answer("one"), answer("good")])
+    store = MemoryStore()
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5)
+    assert result.passed and model.calls == 4
+    assert len(model.prompts[3]) == 1  # a fresh start from the task, not a revision
+    flags = [s.payload().why for s in store.steps(result.run_id) if s.kind == "flag"]
+    assert any("sampled" in why for why in flags)
+
+
+def test_a_sampled_attempt_that_repeats_too_stops():
+    model = ScriptedModel([answer("one"), LESSON, answer("one"), answer("one")])
+    result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5)
+    assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 4
 
 
 def test_same_failure_fingerprint_twice_stops_with_no_progress():
@@ -89,7 +108,7 @@ def test_same_failure_fingerprint_twice_stops_with_no_progress():
             return Signal("t", False, ErrorCode.TEST_FAILED, "assert f(3) == 9 failed", score=0.5)
 
     model = ScriptedModel([answer("one"), LESSON, answer("two")])
-    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5)
+    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5, resample=False)
     assert result.stop_reason is StopReason.NO_PROGRESS
 
 

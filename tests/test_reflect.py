@@ -183,3 +183,15 @@ def test_react_records_to_and_obeys_the_governor(shop):
     )
     assert result.notes and "reflections cut to" in result.notes[0]
     assert result.counters["reflector_calls"] == 0 and result.passed
+
+
+def test_a_lesson_that_only_restates_the_task_is_discarded():
+    from reflexa.reflect.reflector import grounded
+    from reflexa.types import Lesson
+
+    task = "Check if in given list of numbers, are any two numbers closer to each other than given threshold."
+    evidence = "assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True failed: got False"
+    restated = Lesson("1", "the function does not check any two numbers closer than the threshold", "r", "c")
+    concrete = Lesson("1", "for [1.0, 2.0, 5.9, 4.0, 5.0] it returned False, not True", "r", "c")
+    assert not grounded(restated, evidence, task)
+    assert grounded(concrete, evidence, task)

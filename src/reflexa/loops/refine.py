@@ -18,6 +18,8 @@ from .session import Episode, Outcome, Session, run_loop
 ContextStrategy = Literal["latest", "full"]
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
+RESAMPLE_TEMPERATURE = 0.7
+"""When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops."""
 
 
 @payload("attempt")
@@ -68,6 +70,9 @@ class RefineState(Serial):
     """The candidate to revise next and its feedback; None after a FAIL (start fresh)."""
     best: tuple[str, Verdict] | None = None
     first_attempt_tokens: int = 0
+    resampled: bool = False
+    """The run already spent its one sampled attempt on a revision that repeated itself."""
+    sample_next: bool = False
 
     def outcome(self, episode: Episode) -> Outcome:
         total = episode.run.meter.total.total_tokens
@@ -79,7 +84,8 @@ class RefineState(Serial):
 def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
            max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "latest", explain: bool = True,
            lessons: Sequence[Lesson] = (), max_tokens: int = 512, temperature: float = 0.0,
-           family: str = "refine", meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+           resample: bool = True, family: str = "refine", meta: dict[str, Any] | None = None,
+           resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
     a spent budget.
 
@@ -88,8 +94,9 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
     generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
-    from earlier trials. The session's governor may cut retries for a `family` of tasks where they have
-    not paid. `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
+    from earlier trials. With `resample`, a revision that repeats itself gets one fresh attempt sampled at
+    RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS. The session's governor may cut retries for a
+    `family` of tasks where they have not paid. `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
@@ -98,7 +105,7 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     state = RefineState(task, list(lessons))
 
     def body(ep: Episode, s: RefineState) -> Stop:
-        return _attempts(ep, s, checks, context, max_tokens, temperature)
+        return _attempts(ep, s, checks, context, max_tokens, temperature, resample)
 
     return run_loop(session or Session(), "refine", task, state, body, budget=budget, bound=max_attempts,
                     family=family, reflections=explain, resume=resume,
@@ -106,13 +113,14 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
 
 
 def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, max_tokens: int,
-              temperature: float) -> Stop:
+              temperature: float, resample: bool) -> Stop:
     """The loop itself: attempt, check, then stop, revise or restart."""
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
     while len(s.candidates) < ep.bound:
+        sampled, s.sample_next = s.sample_next, False
         reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
-                         max_tokens=max_tokens, temperature=temperature)
+                         max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         plan_text, candidate = prompts.split_reply(reply.text)
@@ -128,8 +136,15 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if not engine.gate(len(s.candidates), verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
         if why := engine.progress.stalled(s.candidates, frozenset(x.fingerprint for x in verdict.failing)):
-            run.record(NoProgress(why))
-            return Stop(StopReason.NO_PROGRESS)
+            if not resample or s.resampled or len(s.candidates) == ep.bound:
+                run.record(NoProgress(why))
+                return Stop(StopReason.NO_PROGRESS)
+            # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
+            run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
+            s.resampled = s.sample_next = True
+            s.revising = None
+            ep.checkpoint(s)
+            continue
         if len(s.candidates) >= 3 and same(candidate, s.candidates[-3]):
             run.record(Flag("this revision undoes the previous one"))
         if len(s.candidates) == ep.bound:

@@ -1,4 +1,7 @@
-"""Prompts for `refine`. The generator plans, then answers; the evaluator sees task and candidate only."""
+"""Prompts for `refine`. The generator gets the task as it is (no system message, no plan): on
+Qwen2.5-Coder-0.5B a plain prompt solved HumanEval problems that a "Plan:" prompt lost (the plan chose a
+wrong method and the code followed it). A revision continues the same conversation, so its prompt starts
+with the first one and llama.cpp reuses that prefix."""
 
 from __future__ import annotations
 
@@ -7,10 +10,7 @@ import re
 from ..structured import Message
 from ..types import Lesson
 
-GENERATOR_SYSTEM = (
-    "You solve the user's task. First write 'Plan:' and at most three short lines of plan. "
-    "Then give your complete answer in one fenced block (```)."
-)
+REVISE = "Write a corrected, complete answer in one fenced code block."
 
 _FENCE = re.compile(r"```[\w+-]*\n?(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```[\w+-]*\n(.*)\Z", re.DOTALL)
@@ -33,20 +33,19 @@ def split_reply(text: str) -> tuple[str, str]:
 def _lessons(lessons: list[Lesson]) -> str:
     if not lessons:
         return ""
-    return "\n\nLessons from earlier failed attempts (avoid repeating them):\n" + "\n".join(l.render() for l in lessons)
+    rendered = "\n".join(lesson.render() for lesson in lessons)
+    return f"\n\nLessons from earlier failed attempts (avoid repeating them):\n{rendered}"
 
 
 def fresh(task: str, lessons: list[Lesson]) -> list[Message]:
     """A new attempt from the task plus the lessons so far (after FAIL, and the first attempt)."""
-    return [{"role": "system", "content": GENERATOR_SYSTEM},
-            {"role": "user", "content": f"Task:\n{task}{_lessons(lessons)}"}]
+    return [{"role": "user", "content": f"{task}{_lessons(lessons)}"}]
 
 
 def revise(task: str, lessons: list[Lesson], candidate: str, feedback: str) -> list[Message]:
-    """Revise the latest candidate with its feedback (after NEEDS_IMPROVEMENT)."""
-    return [{"role": "system", "content": GENERATOR_SYSTEM},
-            {"role": "user", "content": f"Task:\n{task}{_lessons(lessons)}\n\nYour latest answer:\n```\n{candidate}\n```\n\n"
-             f"Feedback from checking it:\n{feedback}\n\nWrite a corrected, complete answer."}]
+    """Revise the latest candidate with its feedback (after NEEDS_IMPROVEMENT): the conversation goes on."""
+    return [*fresh(task, lessons), {"role": "assistant", "content": f"```\n{candidate}\n```"},
+            {"role": "user", "content": f"Checking it failed:\n{feedback}\n\n{REVISE}"}]
 
 
 def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]]) -> list[Message]:
@@ -54,7 +53,7 @@ def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]
     messages: list[Message] = fresh(task, lessons)
     for candidate, feedback in history:
         messages.append({"role": "assistant", "content": f"```\n{candidate}\n```"})
-        messages.append({"role": "user", "content": f"Feedback from checking it:\n{feedback}\n\nWrite a corrected, complete answer."})
+        messages.append({"role": "user", "content": f"Checking it failed:\n{feedback}\n\n{REVISE}"})
     return messages
 
 

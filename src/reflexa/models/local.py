@@ -147,7 +147,9 @@ class LocalModel(Model):
     def _generate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
     ) -> Generation:
-        kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+        # A fixed seed: a sampled reply is the same on every run, like a greedy one.
+        kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+                                  "seed": 0}
         if json_schema is not None:
             kwargs["grammar"] = json_grammar(json.dumps(json_schema))  # key order is the grammar's field order
         llama = self.llama

@@ -58,16 +58,23 @@ def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: 
     )[:CONTEXT_CHARS]
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|-?\d+(?:\.\d+)?")
+"""Words of three letters or more, and numbers: what a lesson can quote from the evidence."""
 _COMMON = {"the", "and", "for", "was", "not", "but", "with", "this", "that", "from", "are", "has", "had", "its"}
 
 
-def grounded(lesson: Lesson, evidence: str) -> bool:
-    """A lesson is concrete when its observed mismatch quotes at least one word of the evidence."""
+def _terms(text: str) -> set[str]:
+    return {w.lower() for w in _TERM.findall(text)} - _COMMON
+
+
+def grounded(lesson: Lesson, evidence: str, goal: str = "") -> bool:
+    """A lesson is worth keeping when its observed mismatch names something the evidence shows and the goal
+    does not: a word or a value from the failure's output. A lesson that only restates the task ("the
+    function should check every pair") names nothing the next attempt did not already know."""
     if INSUFFICIENT in f"{lesson.root_cause} {lesson.observed_mismatch}".lower():
         return False
-    seen = {w.lower() for w in _WORD.findall(evidence)} - _COMMON
-    return any(w.lower() in seen for w in _WORD.findall(lesson.observed_mismatch))
+    news = _terms(evidence) - _terms(goal)
+    return bool(_terms(lesson.observed_mismatch) & news)
 
 
 def _control(reply: Reflection) -> Control | None:
@@ -94,6 +101,6 @@ def reflect(run: Run, *, goal: str, facts: Sequence[str], failing_action: str, s
         return None, f"unparseable reply: {reply.error}"
     value: Reflection = reply.value
     lesson = Lesson(value.failure_step, value.observed_mismatch, value.root_cause, value.correction, _control(value))
-    if not grounded(lesson, f"{failing_action}\n{signal.message}\n{signal.evidence}\n{snippet}"):
+    if not grounded(lesson, f"{failing_action}\n{signal.message}\n{signal.evidence}\n{snippet}", goal):
         return None, INSUFFICIENT
     return lesson, ""
