@@ -85,3 +85,12 @@ def threads() -> int:
         raise ConfigError(f"threads must be a whole number of at least 1, not {raw!r} (from {source})",
                           hint=f"this machine has {usable_cores()} usable cores; {default_threads()} is the default")
     return count
+
+
+def prompt_cache() -> bool:
+    """Whether the embedded model reuses cached prompt prefixes: $REFLEXA_PROMPT_CACHE (0 turns it off),
+    then `prompt_cache = false` in a config file; on by default."""
+    if (env := os.environ.get("REFLEXA_PROMPT_CACHE")) is not None:
+        return env.strip().lower() not in ("0", "false", "no", "off")
+    found = config_value("prompt_cache")
+    return bool(found[0]) if found is not None else True

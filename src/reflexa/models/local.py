@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError, ModelError, ModelNotInstalled
 from ..structured import Message
 from .base import Generation, Model
-from .config import threads
+from .config import prompt_cache, threads
 from .named import DEFAULT, NAMED, NamedModel
 from .weights import ensure
 
@@ -86,6 +86,9 @@ _LAX_CHAR = 'char ::= [^"\\\\]'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F]'
 
 
+PROMPT_CACHE_BYTES = 512 * 1024 * 1024
+"""Memory for saved llama.cpp states, by prompt prefix (least recently used dropped first)."""
+
 GRAMMAR_MAX_LENGTH = 300
 """The longest `maxLength` put in a grammar. The converter nests one rule per character, and a 2,000-deep
 nest crashes llama.cpp's sampler; longer caps are left to code (capped strings are cut after parsing)."""
@@ -119,9 +122,15 @@ class LocalModel(Model):
     or a path to a GGUF file; a name wins over a file of the same name (write `./qwen` for the file).
     `n_threads` defaults to `config.threads()`. Calls are serialised with a lock: one llama.cpp context
     cannot decode two prompts at once.
+
+    `cache_prompts` (default: `config.prompt_cache()`, on) lets llama.cpp skip the prompt prefix a call
+    shares with an earlier one: the state after each call is kept (PROMPT_CACHE_BYTES in all), so a
+    revision that continues the first attempt's conversation only evaluates what is new, even after a
+    reflector call in between. Off, every prompt is evaluated from its first token.
     """
 
-    def __init__(self, target: str | Path | None = None, *, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+    def __init__(self, target: str | Path | None = None, *, n_ctx: int = 4096, n_threads: int | None = None,
+                 cache_prompts: bool | None = None) -> None:
         self.named: NamedModel | None = None
         path: Path | None = None
         if target is None or (isinstance(target, str) and target in ("", *NAMED)):
@@ -137,6 +146,8 @@ class LocalModel(Model):
         self.path: Path = path if path is not None else ensure(self.named)  # type: ignore[arg-type]
         self.n_ctx = n_ctx
         self.name = f"local:{self.named.name if self.named else self.path.stem}"
+        self.cache_prompts = prompt_cache() if cache_prompts is None else cache_prompts
+        self._cache: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -154,6 +165,7 @@ class LocalModel(Model):
             kwargs["grammar"] = json_grammar(json.dumps(json_schema))  # key order is the grammar's field order
         llama = self.llama
         with self._lock:
+            self._prepare(llama)
             try:
                 out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt this way
@@ -165,3 +177,15 @@ class LocalModel(Model):
             usage["completion_tokens"],
             choice.get("finish_reason") or "stop",
         )
+
+    def _prepare(self, llama: Any) -> None:
+        """Point the shared llama.cpp model at this model's prompt cache, or clear what it holds."""
+        if self.cache_prompts:
+            if self._cache is None:
+                from llama_cpp import LlamaRAMCache
+
+                self._cache = LlamaRAMCache(capacity_bytes=PROMPT_CACHE_BYTES)
+            llama.set_cache(self._cache)
+        else:
+            llama.set_cache(None)
+            llama.reset()  # forget the last prompt, whose prefix llama.cpp would otherwise reuse
