@@ -14,12 +14,14 @@ DOTENV_CANARY = "canary-dotenv-4e8a0b6f2d19"
 CANARIES = (ENV_CANARY, DOTENV_CANARY)
 
 # Everything a candidate might try to find a secret with.
-SNOOP = ("import os, glob\n"
-         "print(dict(os.environ))\n"
-         "for path in glob.glob('/proc/*/environ'):\n"
-         "    try:\n        print(path, open(path, 'rb').read())\n    except OSError:\n        pass\n"
-         "for path in ['.env', os.path.expanduser('~/.env')]:\n"
-         "    try:\n        print(path, open(path).read())\n    except OSError:\n        pass\n")
+SNOOP = (
+    "import os, glob\n"
+    "print(dict(os.environ))\n"
+    "for path in glob.glob('/proc/*/environ'):\n"
+    "    try:\n        print(path, open(path, 'rb').read())\n    except OSError:\n        pass\n"
+    "for path in ['.env', os.path.expanduser('~/.env')]:\n"
+    "    try:\n        print(path, open(path).read())\n    except OSError:\n        pass\n"
+)
 
 
 @pytest.fixture()
@@ -53,8 +55,10 @@ def test_command_check_never_shows_a_canary(workdir):
 
 def test_code_checks_never_show_a_canary(workdir, tmp_path):
     # It snoops everywhere (the .env by its absolute path too), and echoes the env canary it was shown.
-    snooping_candidate = (SNOOP + f"print(open({str(workdir / '.env')!r}).read())\n"
-                          f"print({ENV_CANARY!r})\ndef f():\n    return {ENV_CANARY!r}\n")
+    snooping_candidate = (
+        SNOOP + f"print(open({str(workdir / '.env')!r}).read())\n"
+        f"print({ENV_CANARY!r})\ndef f():\n    return {ENV_CANARY!r}\n"
+    )
     tests = tmp_path / "test_f.py"
     tests.write_text("from solution import f\n\ndef test_f():\n    assert f() == 1\n")
     checks = [PythonScriptCheck("assert f() == 1\n"), PytestCheck(tests)]

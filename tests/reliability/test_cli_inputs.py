@@ -20,6 +20,7 @@ def work(tmp_path, monkeypatch):
     (tmp_path / "adir").mkdir()
     (tmp_path / "replies.json").write_text(json.dumps(["```\nx\n```"]))
     (tmp_path / "notdb.sqlite").write_text("hello")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     os.symlink("/tmp/elsewhere.py", tmp_path / "link.py")
     return tmp_path
 
@@ -46,13 +47,19 @@ CASES = [
     (["show", "%"], "no run has an id starting with"),
     (["show", "_"], "no run has an id starting with"),
     (["resume", "nope"], "no run has an id starting with"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", "scripted:."], "scripted"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", "scripted:binary.json"], "scripted"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", "local:/etc/passwd"], "not a GGUF"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", "openai:http://[::1/v1#m"], "url"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", "anthropic:claude-x"], "ANTHROPIC_API_KEY"),
+    (["refine", "--task", "t", "--tests", "tests.py", "-m", ""], "empty"),
 ]
 
 
 @pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(c[0])[:60] for c in CASES])
 def test_bad_input_is_one_clear_line(work, args, message):
-    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"] if args[0] in ("refine", "react", "research")
-                           else args)
+    with_model = args[0] in ("refine", "react", "research") and "-m" not in args
+    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"] if with_model else args)
     assert result.exit_code == 2, result.output
     assert message.lower() in result.output.lower(), result.output
     assert "Traceback" not in result.output

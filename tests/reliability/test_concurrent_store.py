@@ -65,7 +65,10 @@ def test_processes_writing_at_once_lose_nothing(tmp_path, cold):
     assert len(runs) == PROCESSES and sum(len(store.steps(r.run_id)) for r in runs) == PROCESSES * STEPS
     stats = Governor(store).stats("model", "family")
     assert (stats.samples, stats.conversions, stats.retry_tokens) == (
-        PROCESSES * OUTCOMES, PROCESSES * 5, PROCESSES * OUTCOMES * 10)
+        PROCESSES * OUTCOMES,
+        PROCESSES * 5,
+        PROCESSES * OUTCOMES * 10,
+    )
     if not cold:
         (entry,) = ExperienceLibrary(store).entries()
         assert (entry.successes, entry.failures, entry.hits) == (PROCESSES * 13, PROCESSES * 12, PROCESSES * OUTCOMES)

@@ -19,34 +19,75 @@ from reflexa.search import Evidence
 from reflexa.types import ErrorCode
 
 EXAMPLES = int(os.environ.get("REFLEXA_FUZZ_EXAMPLES", "400"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not os.environ.get("REFLEXA_FUZZ_RANDOM"),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 
 any_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=200)  # surrogates included
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), any_text)
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                             st.dictionaries(any_text, inner, max_size=4)),
-                          max_leaves=20)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(any_text, inner, max_size=4)),
+    max_leaves=20,
+)
 deep = st.integers(1, 3000).map(lambda n: "[" * n + "]" * n)
 deep_object = st.integers(1, 3000).map(lambda n: '{"action": ' + '{"a": ' * n + "1" + "}" * n + "}")
-tool_names = st.one_of(st.sampled_from(["lookup", "charge", "final_answer", "(page)", "(invalid)", "", "nope"]), any_text)
-args = st.one_of(st.dictionaries(st.sampled_from(["key", "amount", "answer", "page", "sql"]), json_leaf, max_size=3),
-                 json_value)
-action = st.builds(lambda t, a, th, c: {"action": {"thought": th, "tool": t, "args": a, "confidence": c}},
-                   tool_names, args, any_text, st.one_of(st.none(), st.floats(allow_nan=True)))
-lesson = st.fixed_dictionaries({"failure_step": any_text, "observed_mismatch": any_text, "root_cause": any_text,
-                                "correction": any_text},
-                               optional={"control": st.sampled_from(["none", "block_tool", "block_value", "force_action",
-                                                                     "bogus"]),
-                                         "control_tool": tool_names, "control_value": any_text})
-citation_text = st.lists(st.sampled_from(["Paris [1].", "moved [99].", "[1, 99]", "[ 2 ]", "http://evil.example",
-                                          "[x](http://evil.example)", "\ud800", "[UNCERTAIN: x]", "plain."]),
-                         max_size=6).map(" ".join)
-draft = st.builds(lambda a, m, q: {"answer": a, "reflection": {"missing": m, "superfluous": []}, "search_queries": q},
-                  st.one_of(citation_text, any_text), st.lists(any_text, max_size=3), st.lists(any_text, max_size=4))
-reply = st.one_of(any_text, json_value, deep, deep_object, action, lesson, draft,
-                  st.builds(lambda t: f"Plan: x\n```python\n{t}\n```", any_text))
+tool_names = st.one_of(
+    st.sampled_from(["lookup", "charge", "final_answer", "(page)", "(invalid)", "", "nope"]), any_text
+)
+args = st.one_of(
+    st.dictionaries(st.sampled_from(["key", "amount", "answer", "page", "sql"]), json_leaf, max_size=3), json_value
+)
+action = st.builds(
+    lambda t, a, th, c: {"action": {"thought": th, "tool": t, "args": a, "confidence": c}},
+    tool_names,
+    args,
+    any_text,
+    st.one_of(st.none(), st.floats(allow_nan=True)),
+)
+lesson = st.fixed_dictionaries(
+    {"failure_step": any_text, "observed_mismatch": any_text, "root_cause": any_text, "correction": any_text},
+    optional={
+        "control": st.sampled_from(["none", "block_tool", "block_value", "force_action", "bogus"]),
+        "control_tool": tool_names,
+        "control_value": any_text,
+    },
+)
+citation_text = st.lists(
+    st.sampled_from(
+        [
+            "Paris [1].",
+            "moved [99].",
+            "[1, 99]",
+            "[ 2 ]",
+            "http://evil.example",
+            "[x](http://evil.example)",
+            "\ud800",
+            "[UNCERTAIN: x]",
+            "plain.",
+        ]
+    ),
+    max_size=6,
+).map(" ".join)
+draft = st.builds(
+    lambda a, m, q: {"answer": a, "reflection": {"missing": m, "superfluous": []}, "search_queries": q},
+    st.one_of(citation_text, any_text),
+    st.lists(any_text, max_size=3),
+    st.lists(any_text, max_size=4),
+)
+reply = st.one_of(
+    any_text,
+    json_value,
+    deep,
+    deep_object,
+    action,
+    lesson,
+    draft,
+    st.builds(lambda t: f"Plan: x\n```python\n{t}\n```", any_text),
+)
 replies = st.lists(reply, max_size=10)
 
 
@@ -99,8 +140,13 @@ def test_refine_survives_any_reply(store, items):
 @FUZZ
 @given(replies)
 def test_react_survives_any_reply(store, items):
-    result = react("goal", [lookup, charge], validator=lambda a: None if a else "empty",
-                   session=Session(model=ScriptedModel(items), store=store), max_steps=6)
+    result = react(
+        "goal",
+        [lookup, charge],
+        validator=lambda a: None if a else "empty",
+        session=Session(model=ScriptedModel(items), store=store),
+        max_steps=6,
+    )
     finished(store, result)
     if result.passed:
         assert result.output and result.output.strip()  # an empty final answer is never a pass
@@ -109,8 +155,9 @@ def test_react_survives_any_reply(store, items):
 @FUZZ
 @given(replies)
 def test_research_survives_any_reply(store, items):
-    result = research("What is the capital of France?", Corpus(), session=Session(model=ScriptedModel(items),
-                                                                                   store=store))
+    result = research(
+        "What is the capital of France?", Corpus(), session=Session(model=ScriptedModel(items), store=store)
+    )
     finished(store, result)
     text = result.output or ""
     assert "evil.example" not in text

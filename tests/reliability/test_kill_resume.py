@@ -55,8 +55,12 @@ CHILD = textwrap.dedent('''
 def child(tmp: Path, kill_at: int) -> subprocess.CompletedProcess[str]:
     script = tmp / "child.py"
     script.write_text(CHILD)
-    return subprocess.run([sys.executable, str(script), str(tmp / "trace.db"), str(tmp / "ledger.txt"), str(kill_at)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(script), str(tmp / "trace.db"), str(tmp / "ledger.txt"), str(kill_at)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_sigkill_at_every_step_boundary_then_resume(tmp_path):

@@ -76,12 +76,14 @@ def test_host_unix_sockets_are_unreachable(unix_listener):
     probe.close()
     time.sleep(0.3)
     accepted.clear()
-    code = ("import socket\n"
-            f"for address in {addresses!r}:\n"
-            "    s = socket.socket(socket.AF_UNIX)\n"
-            "    try:\n        s.connect(address); print('CONNECTED', repr(address))\n"
-            "    except OSError as e: print('refused', repr(address), e.errno)\n"
-            "import os; print('tmp holds', os.listdir('/tmp'))")
+    code = (
+        "import socket\n"
+        f"for address in {addresses!r}:\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    try:\n        s.connect(address); print('CONNECTED', repr(address))\n"
+        "    except OSError as e: print('refused', repr(address), e.errno)\n"
+        "import os; print('tmp holds', os.listdir('/tmp'))"
+    )
     result = run(code)
     assert result.ok, result.stderr
     assert "CONNECTED" not in result.stdout and result.stdout.count("refused") == len(addresses)
@@ -132,12 +134,16 @@ def test_sysv_ipc_neither_reaches_the_host_nor_outlives_the_run():
 def test_memory_cap_holds_for_the_whole_tree():
     limited = Sandbox(Limits(timeout=8, cpu_seconds=8, memory_mb=1024, tree_memory_mb=512))
     if not any(part.startswith("memory-per-tree-cgroup") for part in limited.isolation):
-        pytest.skip("no memory cgroup can be created here (needs root and a memory controller): "
-                    "only the per-process RLIMIT_AS applies")
-    code = ("import os, time\nkids = []\nfor i in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
-            "        block = b'x' * (200 * 1024 * 1024)\n        print('held', i, flush=True)\n        time.sleep(3)\n"
-            "        os._exit(0)\n    kids.append(pid)\n"
-            "codes = [os.waitpid(k, 0)[1] for k in kids]\nprint('statuses', codes)")
+        pytest.skip(
+            "no memory cgroup can be created here (needs root and a memory controller): "
+            "only the per-process RLIMIT_AS applies"
+        )
+    code = (
+        "import os, time\nkids = []\nfor i in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        block = b'x' * (200 * 1024 * 1024)\n        print('held', i, flush=True)\n        time.sleep(3)\n"
+        "        os._exit(0)\n    kids.append(pid)\n"
+        "codes = [os.waitpid(k, 0)[1] for k in kids]\nprint('statuses', codes)"
+    )
     result = run(code, limited)
     assert result.memory_exceeded, (result.stdout, result.stderr)
     assert result.stdout.count("held") < 4
@@ -146,11 +152,19 @@ def test_memory_cap_holds_for_the_whole_tree():
 
 @needs_namespaces
 def test_writes_outside_scratch_fail_everywhere(tmp_path):
-    targets = [str(Path.cwd() / "escape.txt"), str(tmp_path / "escape.txt"), "/tmp/escape.txt",
-               "/dev/shm/escape.txt", "/run/escape.txt", str(Path(pwd.getpwuid(os.getuid()).pw_dir) / "escape.txt"),
-               os.path.join(sys.prefix, "escape.txt")]
-    code = (f"for p in {targets!r}:\n    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
-            "    except OSError as e:\n        print('refused', p)\nopen('inside.txt', 'w').write('ok'); print('inside ok')")
+    targets = [
+        str(Path.cwd() / "escape.txt"),
+        str(tmp_path / "escape.txt"),
+        "/tmp/escape.txt",
+        "/dev/shm/escape.txt",
+        "/run/escape.txt",
+        str(Path(pwd.getpwuid(os.getuid()).pw_dir) / "escape.txt"),
+        os.path.join(sys.prefix, "escape.txt"),
+    ]
+    code = (
+        f"for p in {targets!r}:\n    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
+        "    except OSError as e:\n        print('refused', p)\nopen('inside.txt', 'w').write('ok'); print('inside ok')"
+    )
     result = run(code)
     assert "WROTE" not in result.stdout and "inside ok" in result.stdout
     assert not any(os.path.exists(t) for t in targets)
@@ -161,8 +175,9 @@ def test_home_directory_files_are_hidden(tmp_path):
     home = Path(pwd.getpwuid(os.getuid()).pw_dir)
     visible_inside = run(f"import os\nprint(sorted(os.listdir({str(home)!r})))").stdout
     interpreter = Path(os.path.realpath(sys.executable))
-    allowed = {p.relative_to(home).parts[0] for p in (interpreter, Path(sys.base_prefix).resolve())
-               if p.is_relative_to(home)}
+    allowed = {
+        p.relative_to(home).parts[0] for p in (interpreter, Path(sys.base_prefix).resolve()) if p.is_relative_to(home)
+    }
     entries = eval(visible_inside)  # a list of names printed by the sandbox
     assert set(entries) <= allowed, entries
     secret = Path(os.environ["HOME"]) / "secret.txt"  # the test's $HOME (conftest: a temporary dir)
@@ -178,8 +193,10 @@ def test_host_loopback_server_is_unreachable():
     server.listen()
     port = server.getsockname()[1]
     try:
-        result = run(f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                     "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
+        result = run(
+            f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)"
+        )
         assert "refused" in result.stdout and "CONNECTED" not in result.stdout
     finally:
         server.close()
