@@ -146,9 +146,10 @@ def refine(
             raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
         target = check_out(out, force=force_out) if out is not None else None
         text = read_task(task)
-        cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": str(out) if out else None,
+        out_name = str(out) if out else None
+        cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
                "judge": judge, "timeout": timeout, "cwd": str(Path.cwd())}
-        checks = refine_checks(tests=tests, check=check, out=cli["out"], judge=judge, timeout=timeout)
+        checks = refine_checks(tests=tests, check=check, out=out_name, judge=judge, timeout=timeout)
         session = session_for(model, trace, as_json=as_json, verbose=verbose)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
         result = run_cli(session, lambda: run_refine(text, checks, session=session, budget=budget,

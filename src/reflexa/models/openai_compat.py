@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
 from ..structured import Message
 from .base import Generation, Model, schema_instruction
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 SchemaMode = Literal["json_schema", "json_object", "tool", "prompt"]
 
@@ -143,7 +146,9 @@ class OpenAIModel(Model):
             if mode in ("prompt", "json_object"):
                 # The schema also goes into the prompt, so the model knows the field names.
                 messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
-        out = self._request(lambda: self.client.chat.completions.create(messages=messages, **kwargs))
+        # reflexa's messages are plain role/content dicts, which the SDK's TypedDict union accepts at run time.
+        sent = cast("list[ChatCompletionMessageParam]", messages)
+        out = self._request(lambda: self.client.chat.completions.create(messages=sent, **kwargs))
         choice = out.choices[0]
         text = choice.message.content or ""
         if choice.message.tool_calls:

@@ -44,9 +44,9 @@ def _text(path: Path) -> tuple[str, str]:
         return title, "\n\n".join(page.extract_text() or "" for page in reader.pages)
     raw = path.read_text(errors="replace")
     if path.suffix in (".html", ".htm"):
-        title = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
+        found = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
         body = html.unescape(_TAG.sub(" ", raw))
-        return (html.unescape(title.group(1)).strip() if title else path.stem), body
+        return (html.unescape(found.group(1)).strip() if found else path.stem), body
     heading = re.search(r"^#\s+(.+)$", raw, re.MULTILINE)
     return (heading.group(1).strip() if heading else path.stem), raw
 

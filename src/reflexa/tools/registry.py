@@ -69,7 +69,7 @@ def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
             # A function of one pydantic model: that model is the argument schema.
             return Tool(name or fn.__name__, description, fn, only[0].annotation, timeout, side_effect, empty_ok,
                         max_chars, takes_model=True)
-        params = {}
+        params: dict[str, Any] = {}  # field name -> (annotation, default), as create_model takes them
         for pname, param in signature.parameters.items():
             annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
             default = param.default if param.default is not inspect.Parameter.empty else ...

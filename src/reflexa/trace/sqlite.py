@@ -202,7 +202,8 @@ class SQLiteStore:
 
     def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
              since: float | None = None) -> list[RunRecord]:
-        where, params = ["1"], []
+        where: list[str] = ["1"]
+        params: list[str | float] = []
         if loop is not None:
             where.append("loop = ?")
             params.append(loop)
