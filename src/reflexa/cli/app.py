@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
 from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
+
+if TYPE_CHECKING:
+    from ..types import Budget, Result
 
 app = typer.Typer(
     name="reflexa",
@@ -178,9 +181,9 @@ def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imp
 
 
 
-def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, max_steps: int,  # noqa: ANN001
+def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
                trials_count: int, validate: str | None, experience: bool, as_json: bool, verbose: bool,
-               trace: Path | None, resume: str | None = None):
+               trace: Path | None, resume: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
@@ -483,6 +486,6 @@ def main() -> None:
     except KeyboardInterrupt:
         errors.print("interrupted; the steps so far are in the trace store")
         sys.exit(130)
-    except Exception as exc:  # a bug in reflexa: one line, not a traceback; the run is stored as ERROR
+    except Exception as exc:  # noqa: BLE001 - a bug in reflexa: one line, not a traceback; the run is stored as ERROR
         errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}")
         sys.exit(1)

@@ -114,7 +114,7 @@ class LocalCorpus:
                     continue
                 try:
                     title, text = _text(path)
-                except Exception:  # a broken file must not stop the index: count it and go on
+                except Exception:  # noqa: BLE001 - a broken file must not stop the index: count it and go on
                     skipped += 1
                     continue
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))

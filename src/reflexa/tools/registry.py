@@ -249,9 +249,10 @@ class ToolSession:
         call = (lambda: t.function(valid)) if t.takes_model else (lambda: t.function(**valid.model_dump()))
         try:
             value = _run_with_timeout(call, t.timeout)
-        except Exception as exc:  # every failure becomes an observation; KeyboardInterrupt still stops
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            return Observation(t.name, args, False, code=_code_for(exc), message=cap(str(exc) or type(exc).__name__, 400),
+            return Observation(t.name, args, False, code=_code_for(exc),
+                               message=cap(str(exc) or type(exc).__name__, 400),
                                suggestion=suggestion, fatal=getattr(exc, "fatal", False))
         text = _render(value)
         if not text.strip() and not t.empty_ok:
