@@ -127,7 +127,8 @@ def refine(
     force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1, help="Attempts at most.")] = 3,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1,
+                            help="Attempts at most.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
@@ -211,10 +212,12 @@ def react(
                         "that must return a row (the answer is :answer), or a shell command that must exit 0 (the "
                         "answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.",
                         show_default=False)] = None,
-    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute tool).")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
+                     "tool).")] = False,
     model: ModelOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all trials.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all "
+                          "trials.")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget, over all trials.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     max_reflections: Annotated[int, typer.Option(min=0, help="Reflector calls per run.")] = 2,
@@ -321,9 +324,9 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
         from ..search import LocalCorpus
 
         report = LocalCorpus.for_folder(folder).index(folder)
+        skipped = f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""
         console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
-                      f"unchanged, {report.removed} removed; {report.passages} passages"
-                      + (f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""))
+                      f"unchanged, {report.removed} removed; {report.passages} passages{skipped}")
 
 
 def search_backend(search: str, corpus: Path | None):  # noqa: ANN201
@@ -374,8 +377,8 @@ def research_cmd(
         session = session_for(model, trace, as_json=as_json, verbose=verbose)
         cli = {"search": search, "corpus": str(corpus.resolve()) if corpus else None}
         result = run_cli(session, lambda: research(question, backend, session=session, max_rounds=max_rounds,
-                                                   budget=Budget(max_tokens=max_tokens), cache=SearchCache(session.store),
-                                                   meta={"cli": cli}))
+                                                   budget=Budget(max_tokens=max_tokens),
+                                                   cache=SearchCache(session.store), meta={"cli": cli}))
         _print_answer(result, as_json=as_json)
         _finish_cli(result, as_json=as_json)
 

@@ -80,7 +80,8 @@ class OpenAIModel(Model):
         try:
             import openai
         except ImportError:
-            raise ModelNotInstalled("the openai package is not installed", hint="pip install 'reflexa[openai]'") from None
+            raise ModelNotInstalled("the openai package is not installed",
+                                    hint="pip install 'reflexa[openai]'") from None
         if base_url is None and not model:
             raise ConfigError("no model named", hint="use openai:MODEL or openai:http://HOST:PORT/v1#MODEL")
         # A local server needs no key, but the SDK insists on one; a keyed gateway gets $OPENAI_API_KEY.
@@ -120,7 +121,8 @@ class OpenAIModel(Model):
         except openai.AuthenticationError:
             raise ModelError("the server refused the API key", hint="check OPENAI_API_KEY") from None
         except openai.NotFoundError:
-            raise ModelError(f"model {self.model!r} not found at {self.base_url}", hint="check the model name") from None
+            raise ModelError(f"model {self.model!r} not found at {self.base_url}",
+                             hint="check the model name") from None
         except openai.APIStatusError as exc:
             raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}") from None
 

@@ -1,8 +1,8 @@
 """The default search backend: a local corpus in SQLite FTS5, ranked by BM25.
 
-Files (.md, .txt, .html, and .pdf with the `pdf` extra) are chunked into passages that keep their title, path and position. Indexing
-is incremental by content hash: an unchanged file is skipped, a changed one re-chunked, a deleted one
-dropped.
+Files (.md, .txt, .html, and .pdf with the `pdf` extra) are chunked into passages that keep their title,
+path and position. Indexing is incremental by content hash: an unchanged file is skipped, a changed one
+re-chunked, a deleted one dropped.
 """
 
 from __future__ import annotations
