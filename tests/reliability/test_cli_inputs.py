@@ -51,8 +51,8 @@ CASES = [
 
 @pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(c[0])[:60] for c in CASES])
 def test_bad_input_is_one_clear_line(work, args, message):
-    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"] if args[0] in ("refine", "react", "research")
-                           else args)
+    runs_a_loop = args[0] in ("refine", "react", "research")
+    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"] if runs_a_loop else args)
     assert result.exit_code == 2, result.output
     assert message.lower() in result.output.lower(), result.output
     assert "Traceback" not in result.output

@@ -30,15 +30,16 @@ json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max
                           max_leaves=20)
 deep = st.integers(1, 3000).map(lambda n: "[" * n + "]" * n)
 deep_object = st.integers(1, 3000).map(lambda n: '{"action": ' + '{"a": ' * n + "1" + "}" * n + "}")
-tool_names = st.one_of(st.sampled_from(["lookup", "charge", "final_answer", "(page)", "(invalid)", "", "nope"]), any_text)
+tool_names = st.one_of(st.sampled_from(["lookup", "charge", "final_answer", "(page)", "(invalid)", "", "nope"]),
+                       any_text)
 args = st.one_of(st.dictionaries(st.sampled_from(["key", "amount", "answer", "page", "sql"]), json_leaf, max_size=3),
                  json_value)
 action = st.builds(lambda t, a, th, c: {"action": {"thought": th, "tool": t, "args": a, "confidence": c}},
                    tool_names, args, any_text, st.one_of(st.none(), st.floats(allow_nan=True)))
 lesson = st.fixed_dictionaries({"failure_step": any_text, "observed_mismatch": any_text, "root_cause": any_text,
                                 "correction": any_text},
-                               optional={"control": st.sampled_from(["none", "block_tool", "block_value", "force_action",
-                                                                     "bogus"]),
+                               optional={"control": st.sampled_from(["none", "block_tool", "block_value",
+                                                                     "force_action", "bogus"]),
                                          "control_tool": tool_names, "control_value": any_text})
 citation_text = st.lists(st.sampled_from(["Paris [1].", "moved [99].", "[1, 99]", "[ 2 ]", "http://evil.example",
                                           "[x](http://evil.example)", "\ud800", "[UNCERTAIN: x]", "plain."]),

@@ -150,7 +150,8 @@ def test_writes_outside_scratch_fail_everywhere(tmp_path):
                "/dev/shm/escape.txt", "/run/escape.txt", str(Path(pwd.getpwuid(os.getuid()).pw_dir) / "escape.txt"),
                os.path.join(sys.prefix, "escape.txt")]
     code = (f"for p in {targets!r}:\n    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
-            "    except OSError as e:\n        print('refused', p)\nopen('inside.txt', 'w').write('ok'); print('inside ok')")
+            "    except OSError as e:\n        print('refused', p)\n"
+            "open('inside.txt', 'w').write('ok'); print('inside ok')")
     result = run(code)
     assert "WROTE" not in result.stdout and "inside ok" in result.stdout
     assert not any(os.path.exists(t) for t in targets)
