@@ -37,6 +37,8 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      show_default=False)]
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
                      "trace.db in the user data directory.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")]
 
 
 @contextmanager
@@ -135,8 +137,8 @@ def refine(
     context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
@@ -224,8 +226,8 @@ def react(
     trials_count: Annotated[int, typer.Option("--trials", min=1, help="Whole attempts, each learning from the "
                             "last one's failure; one budget covers them all.")] = 1,
     experience: Annotated[bool, typer.Option(help="Reuse and record repairs in the experience library.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Answer a question with tools (the bundled SQL toolset), reflecting only on failure signals."""
@@ -246,8 +248,8 @@ def react(
 def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
     model: ModelOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Continue a killed or interrupted run (refine, react or research) from its last stored step, without
@@ -361,8 +363,8 @@ def research_cmd(
     max_rounds: Annotated[int, typer.Option("--max-rounds", "--max-iterations", min=1,
                                             help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Answer a question from evidence: every claim cited \\[n] or marked \\[UNCERTAIN: ...]."""
