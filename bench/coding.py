@@ -113,9 +113,8 @@ def evaluator_optimizer(model: Model, p: Problem, max_tokens: int) -> tuple[list
         if verdict and verdict.group(1).upper() == "PASS":
             return candidates, candidates[-1], usage, "JUDGED_PASS"
         feedback = _FEEDBACK.search(judged.text)
-        memory.append(
-            f"```python\n{candidates[-1]}\n```\nFeedback: {(feedback.group(1) if feedback else judged.text).strip()[:600]}"
-        )
+        said = (feedback.group(1) if feedback else judged.text).strip()[:600]
+        memory.append(f"```python\n{candidates[-1]}\n```\nFeedback: {said}")
     return candidates, candidates[-1], usage, "MAX_ITERATIONS"
 
 

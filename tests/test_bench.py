@@ -36,6 +36,14 @@ def test_faults_script(tmp_path):
     assert "experience hit rate" in out
 
 
+def test_react_memory_script(tmp_path):
+    out_file = tmp_path / "react_memory.json"
+    out = run("bench/react_memory.py", "--steps", "4", "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert report["runs"]["react"]["steps"] == 4 and report["heavy_modules_loaded"] == []
+    assert report["react_mb"] > 0 and report["import_reflexa_mb"] > 0 and "ru_maxrss MiB" in out
+
+
 def test_search_speed_script():
     out = run("bench/search_speed.py", "--passages", "2000", "--queries", "20")
     assert "p50" in out and "cache hit" in out

@@ -161,7 +161,8 @@ def test_python_script_check_cannot_be_faked(candidate, code):
 
 def test_python_script_check_names_the_actual_value():
     check = PythonScriptCheck(HUMANEVAL_TESTS)
-    good = "def has_close_elements(xs, t):\n    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[i + 1:])\n"
+    good = ("def has_close_elements(xs, t):\n"
+            "    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[i + 1:])\n")
     assert check.run(good, CheckContext()).ok
     wrong = check.run("def has_close_elements(xs, t):\n    return t < 0.5\n", CheckContext())
     assert wrong.code is ErrorCode.TEST_FAILED and wrong.score is None  # ran, but wrong: revise
@@ -171,7 +172,8 @@ def test_python_script_check_names_the_actual_value():
 @pytest.mark.parametrize("tests,expected", [
     ("assert f(2)\n", "assert f(2) failed: got 0"),
     ("assert not f(3)\n", "assert not f(3) failed: got 1"),
-    ("class T:\n    def go(self):\n        assert f(4) == 5, 'four'\nT().go()\n", "assert f(4) == 5 failed: got 0 (four)"),
+    ("class T:\n    def go(self):\n        assert f(4) == 5, 'four'\nT().go()\n",
+     "assert f(4) == 5 failed: got 0 (four)"),
     ("assert f(1) == 0 == 0\n", "AssertionError at `tests.py:1: assert f(1) == 0 == 0`"),  # chained: left as written
 ])
 def test_assertion_messages(tests, expected):

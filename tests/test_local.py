@@ -80,7 +80,8 @@ def test_local_is_the_assembled_default(tmp_path, monkeypatch):
 
     files, whole = make_parts(tmp_path / "site", prefix="localpart")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setitem(named.NAMED, "qwen", dataclasses.replace(fake_model(files, whole, prefix="localpart"), name="qwen"))
+    fake_qwen = dataclasses.replace(fake_model(files, whole, prefix="localpart"), name="qwen")
+    monkeypatch.setitem(named.NAMED, "qwen", fake_qwen)
     model = LocalModel()
     assert model.name == "local:qwen" and model.path.read_bytes() == whole
     assert model.path.parent == weights.models_dir()

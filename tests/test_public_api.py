@@ -79,6 +79,7 @@ def test_unknown_name_is_an_attribute_error():
 
 def test_import_is_light():
     # `import reflexa` must not pull in pydantic, llama.cpp or the CLI stack.
-    code = "import sys, reflexa; print(','.join(m for m in ('pydantic', 'llama_cpp', 'typer', 'rich') if m in sys.modules))"
+    code = ("import sys, reflexa; "
+            "print(','.join(m for m in ('pydantic', 'llama_cpp', 'typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

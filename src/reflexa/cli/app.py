@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
 from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
+
+if TYPE_CHECKING:
+    from ..types import Budget, Result
 
 app = typer.Typer(
     name="reflexa",
@@ -34,6 +37,8 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      show_default=False)]
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
                      "trace.db in the user data directory.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")]
 
 
 @contextmanager
@@ -124,15 +129,16 @@ def refine(
     force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1, help="Attempts at most.")] = 3,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1,
+                            help="Attempts at most.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
@@ -146,9 +152,10 @@ def refine(
             raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
         target = check_out(out, force=force_out) if out is not None else None
         text = read_task(task)
-        cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": str(out) if out else None,
+        out_name = str(out) if out else None
+        cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
                "judge": judge, "timeout": timeout, "cwd": str(Path.cwd())}
-        checks = refine_checks(tests=tests, check=check, out=cli["out"], judge=judge, timeout=timeout)
+        checks = refine_checks(tests=tests, check=check, out=out_name, judge=judge, timeout=timeout)
         session = session_for(model, trace, as_json=as_json, verbose=verbose)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
         result = run_cli(session, lambda: run_refine(text, checks, session=session, budget=budget,
@@ -177,9 +184,9 @@ def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imp
 
 
 
-def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget, max_steps: int,  # noqa: ANN001
+def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
                trials_count: int, validate: str | None, experience: bool, as_json: bool, verbose: bool,
-               trace: Path | None, resume: str | None = None):
+               trace: Path | None, resume: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
@@ -207,18 +214,20 @@ def react(
                         "that must return a row (the answer is :answer), or a shell command that must exit 0 (the "
                         "answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.",
                         show_default=False)] = None,
-    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute tool).")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
+                     "tool).")] = False,
     model: ModelOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all trials.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all "
+                          "trials.")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget, over all trials.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
     max_reflections: Annotated[int, typer.Option(min=0, help="Reflector calls per run.")] = 2,
     trials_count: Annotated[int, typer.Option("--trials", min=1, help="Whole attempts, each learning from the "
                             "last one's failure; one budget covers them all.")] = 1,
     experience: Annotated[bool, typer.Option(help="Reuse and record repairs in the experience library.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Answer a question with tools (the bundled SQL toolset), reflecting only on failure signals."""
@@ -239,8 +248,8 @@ def react(
 def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
     model: ModelOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Continue a killed or interrupted run (refine, react or research) from its last stored step, without
@@ -317,9 +326,9 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
         from ..search import LocalCorpus
 
         report = LocalCorpus.for_folder(folder).index(folder)
+        skipped = f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""
         console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
-                      f"unchanged, {report.removed} removed; {report.passages} passages"
-                      + (f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""))
+                      f"unchanged, {report.removed} removed; {report.passages} passages{skipped}")
 
 
 def search_backend(search: str, corpus: Path | None):  # noqa: ANN201
@@ -354,8 +363,8 @@ def research_cmd(
     max_rounds: Annotated[int, typer.Option("--max-rounds", "--max-iterations", min=1,
                                             help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Answer a question from evidence: every claim cited \\[n] or marked \\[UNCERTAIN: ...]."""
@@ -370,8 +379,8 @@ def research_cmd(
         session = session_for(model, trace, as_json=as_json, verbose=verbose)
         cli = {"search": search, "corpus": str(corpus.resolve()) if corpus else None}
         result = run_cli(session, lambda: research(question, backend, session=session, max_rounds=max_rounds,
-                                                   budget=Budget(max_tokens=max_tokens), cache=SearchCache(session.store),
-                                                   meta={"cli": cli}))
+                                                   budget=Budget(max_tokens=max_tokens),
+                                                   cache=SearchCache(session.store), meta={"cli": cli}))
         _print_answer(result, as_json=as_json)
         _finish_cli(result, as_json=as_json)
 
@@ -482,6 +491,6 @@ def main() -> None:
     except KeyboardInterrupt:
         errors.print("interrupted; the steps so far are in the trace store")
         sys.exit(130)
-    except Exception as exc:  # a bug in reflexa: one line, not a traceback; the run is stored as ERROR
+    except Exception as exc:  # noqa: BLE001 - a bug in reflexa: one line, not a traceback; the run is stored as ERROR
         errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}")
         sys.exit(1)

@@ -92,7 +92,8 @@ class View:
             self.console.print(_signal_line(signal))
 
     def decided(self, step: Step, d: Decided) -> None:
-        label = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}.get(d.decision, d.decision)
+        labels = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}
+        label = labels.get(d.decision, d.decision)
         self.console.print(f"[cyan]{label}[/cyan] ({escape(d.reason)})")
         if d.lesson:
             self.console.print(f"  [cyan]mismatch[/cyan]: {escape(d.lesson.observed_mismatch)}\n"

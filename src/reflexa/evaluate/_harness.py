@@ -17,8 +17,11 @@ Standalone on purpose: it must not import reflexa (the sandboxed interpreter may
     python -I -c HARNESS script CANDIDATE_FILE TESTS_FILE
 """
 # Broad excepts throughout, on purpose: whatever the code under test raises or breaks, the harness must
-# still reach a verdict (or leave no report, which fails the check).
-# ruff: noqa: BLE001, S110, S112
+# still reach a verdict (or leave no report, which fails the check). try/except rather than
+# contextlib.suppress: a statement cannot be patched by the code under test, a module attribute can.
+# ruff: noqa: BLE001, S110, S112, SIM105
+
+from __future__ import annotations
 
 import ast
 import builtins
@@ -29,12 +32,20 @@ import reprlib
 import sys
 import traceback
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the harness starts before every check, typing is not loaded
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import CodeType, TracebackType
+    from typing import Any, NoReturn
+
+    Send = Callable[[dict[str, Any]], None]
+
 # Bound before any untrusted code runs: rebinding os.write or json.dumps later changes nothing here.
 _write, _dumps, _exit, _compile, _exec = os.write, json.dumps, os._exit, builtins.compile, builtins.exec
 _MESSAGE_CHARS = 500
 
 
-def _channel():
+def _channel() -> Send:
     """Read the nonce, close its pipe, and return the function that sends the one report."""
     nonce_fd, report_fd = (int(fd) for fd in os.environ.pop("REFLEXA_REPORT_FDS").split(","))
     nonce = b""
@@ -44,7 +55,7 @@ def _channel():
     os.set_inheritable(report_fd, False)
     stamp = nonce.decode()
 
-    def send(data):
+    def send(data: dict[str, Any]) -> None:
         payload = (_dumps(dict(data, nonce=stamp), default=str) + "\n").encode()
         while payload:
             payload = payload[_write(report_fd, payload):]
@@ -52,7 +63,7 @@ def _channel():
     return send
 
 
-def _finish(send, data, code):
+def _finish(send: Send, data: dict[str, Any], code: int) -> NoReturn:
     """Send the report and leave at once: atexit hooks and threads of the code under test get no say."""
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -63,7 +74,7 @@ def _finish(send, data, code):
     _exit(code)
 
 
-def _short(text):
+def _short(text: object) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
 
@@ -82,7 +93,7 @@ _WATCHED = (
 """pytest and pluggy internals whose replacement would let tests pass without running them."""
 
 
-def _watched():
+def _watched() -> list[tuple[str, Any, str, Any]]:
     """(label, owner, name, object) for each watched internal this pytest version has."""
     import importlib
 
@@ -99,37 +110,37 @@ def _watched():
     return found
 
 
-def _recorder(pytest):
+def _recorder(pytest: Any) -> Any:
     """A pytest plugin that counts what really happened."""
 
     class Recorder:
-        def __init__(self):
-            self.collected = []
+        def __init__(self) -> None:
+            self.collected: list[str] = []
             self.collect_errors = 0
-            self.called_ok = set()
-            self.passed = set()
-            self.failed = set()
-            self.errors = set()
-            self.skipped = set()
-            self.failures = []
-            self.internal_error = None
+            self.called_ok: set[str] = set()
+            self.passed: set[str] = set()
+            self.failed: set[str] = set()
+            self.errors: set[str] = set()
+            self.skipped: set[str] = set()
+            self.failures: list[list[str]] = []
+            self.internal_error: str | None = None
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-        def pytest_pyfunc_call(self, pyfuncitem):
+        def pytest_pyfunc_call(self, pyfuncitem: Any) -> Any:
             # The test function itself returned without raising: a witness a rewritten report lacks.
             outcome = yield
             if outcome.excinfo is None:
                 self.called_ok.add(pyfuncitem.nodeid)
 
-        def pytest_collection_finish(self, session):
+        def pytest_collection_finish(self, session: Any) -> None:
             self.collected = [item.nodeid for item in session.items]
 
-        def pytest_collectreport(self, report):
+        def pytest_collectreport(self, report: Any) -> None:
             if report.failed:
                 self.collect_errors += 1
                 self.failures.append([report.nodeid or "collection", _crash(report)])
 
-        def pytest_runtest_logreport(self, report):
+        def pytest_runtest_logreport(self, report: Any) -> None:
             nodeid = report.nodeid
             if report.failed:
                 (self.failed if report.when == "call" else self.errors).add(nodeid)
@@ -139,13 +150,13 @@ def _recorder(pytest):
             elif report.when == "call" and report.passed:
                 self.passed.add(nodeid)
 
-        def pytest_internalerror(self, excrepr, excinfo):
+        def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
             self.internal_error = _short(f"{excinfo.typename}: {excinfo.value}")
 
     return Recorder()
 
 
-def _crash(report):
+def _crash(report: Any) -> str:
     """The one-line reason of a failed report: pytest's crash message, else the last line."""
     longrepr = report.longrepr
     crash = getattr(longrepr, "reprcrash", None)
@@ -155,7 +166,7 @@ def _crash(report):
     return _short(lines[-1] if lines else "failed")
 
 
-def _sha256(path):
+def _sha256(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()
@@ -163,7 +174,7 @@ def _sha256(path):
         return None
 
 
-def run_pytest(send, test_file):
+def run_pytest(send: Send, test_file: str) -> NoReturn:
     import pytest
 
     before = _sha256(test_file)
@@ -201,7 +212,7 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple = 200, 200, 20, 2
 _REPR.maxdict, _REPR.maxset, _REPR.maxlevel = 10, 10, 4
 
 
-def _describe(text, got, message=None):
+def _describe(text: str, got: object, message: object = None) -> str:
     """The message of a rewritten assert: its source, and the value the candidate actually returned."""
     try:
         shown = _REPR.repr(got)
@@ -221,11 +232,12 @@ class _Rewrite(ast.NodeTransformer):
     failure names the actual value without calling the candidate twice. Also `assert f(x)` and
     `assert not f(x)`. Other asserts stay as written."""
 
-    def __init__(self, source):
+    def __init__(self, source: str) -> None:
         self.source = source
 
-    def visit_Assert(self, node):
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
         test = node.test
+        holder: ast.AST
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             holder, slot = test, "left"
         elif isinstance(test, ast.Call):
@@ -245,7 +257,7 @@ class _Rewrite(ast.NodeTransformer):
         return ast.fix_missing_locations(node)
 
 
-def _compile_tests(source, filename):
+def _compile_tests(source: str, filename: str) -> CodeType:
     try:
         tree = _Rewrite(source).visit(ast.parse(source, filename))
         return _compile(tree, filename, "exec", dont_inherit=True, optimize=0)
@@ -253,7 +265,7 @@ def _compile_tests(source, filename):
         return _compile(source, filename, "exec", dont_inherit=True, optimize=0)
 
 
-def _where(tb, files):
+def _where(tb: TracebackType | None, files: tuple[str, ...]) -> str:
     """`file:line: source` of the innermost frame in the candidate or the tests."""
     found = None
     for frame in traceback.extract_tb(tb):
@@ -262,7 +274,7 @@ def _where(tb, files):
     return _short(found or "")
 
 
-def run_script(send, candidate_file, tests_file):
+def run_script(send: Send, candidate_file: str, tests_file: str) -> NoReturn:
     with open(candidate_file, encoding="utf-8", errors="replace") as fh:
         candidate = fh.read()
     with open(tests_file, encoding="utf-8", errors="replace") as fh:
@@ -298,11 +310,11 @@ def run_script(send, candidate_file, tests_file):
     _finish(send, {"finished": True}, 0)
 
 
-def main():
+def main() -> None:
     channel = _channel()
     mode, *paths = sys.argv[1:]
 
-    def send(data):
+    def send(data: dict[str, Any]) -> None:
         channel(dict(data, mode=mode))
 
     sys.argv = [paths[0]] if paths else ["harness"]

@@ -234,11 +234,13 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
     message, where = str(report.get("message", "")), str(report.get("where", ""))
     if error in ("SystemExit", "KeyboardInterrupt"):
         what = f"sys.exit({message})" if error == "SystemExit" else error
-        when = "at import, before the tests ran" if stage == "candidate" else "while the tests ran, before they finished"
+        when = ("at import, before the tests ran" if stage == "candidate"
+                else "while the tests ran, before they finished")
         return Signal(source, False, ErrorCode.NO_TEST_REPORT, cap(f"the code called {what} {when}", 300),
                       evidence, score=0.0)
     if error == "MemoryError":
-        return Signal(source, False, ErrorCode.RESOURCE_LIMIT, "hit a resource limit (MemoryError)", evidence, score=0.0)
+        return Signal(source, False, ErrorCode.RESOURCE_LIMIT, "hit a resource limit (MemoryError)", evidence,
+                      score=0.0)
     text = f"{error}: {message}" if message else error
     if where and not message.startswith("assert "):
         text += f" at `{where}`"
@@ -370,8 +372,8 @@ class JsonSchemaCheck:
             return Signal(self.name, True, message="valid", score=1.0)
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(root)"
-        return Signal(self.name, False, ErrorCode.SCHEMA, f"{len(errors)} schema violation(s); at {where}: {first.message}",
-                      cap(candidate, 300))
+        return Signal(self.name, False, ErrorCode.SCHEMA,
+                      f"{len(errors)} schema violation(s); at {where}: {first.message}", cap(candidate, 300))
 
 
 class RegexCheck:
@@ -432,8 +434,9 @@ class LLMJudge:
                           cap(completion.text, 300), subjective=True)
         judgement: Judgement = completion.value
         score = {"PASS": 1.0, "NEEDS_IMPROVEMENT": 0.5, "FAIL": 0.0}[judgement.status]
-        return Signal(self.name, judgement.status == "PASS", None if judgement.status == "PASS" else ErrorCode.JUDGED_FAIL,
-                      judgement.reason, subjective=True, score=score)
+        passed = judgement.status == "PASS"
+        return Signal(self.name, passed, None if passed else ErrorCode.JUDGED_FAIL, judgement.reason,
+                      subjective=True, score=score)
 
 
 def verdict_from(signals: Sequence[Signal]) -> Verdict:

@@ -31,6 +31,7 @@ it carries that nonce.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -201,10 +202,8 @@ class _Cgroups:
             (path / "memory.max").write_text(str(limit))
             swap, limit = path / "memory.swap.max", 0
         if swap.exists():
-            try:
+            with contextlib.suppress(OSError):  # swap accounting off: memory alone is capped
                 swap.write_text(str(limit))
-            except OSError:
-                pass  # swap accounting off: memory alone is capped
 
     def join(self) -> None:
         """Called in the child between fork and exec."""
@@ -233,10 +232,8 @@ class _Cgroups:
                 if not pids:
                     break
                 for pid in pids:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 time.sleep(0.01)
         self.oom = self.oom or self._oom_killed()
         for path in self.dirs:
@@ -271,10 +268,8 @@ def _under(path: Path, root: Path) -> bool:
 def _hidden_dirs() -> list[Path]:
     """Existing directories to replace with empty tmpfs mounts, outermost only."""
     candidates = [*HIDDEN_DIRS, os.environ.get("HOME", "")]
-    try:
+    with contextlib.suppress(KeyError):
         candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:
-        pass
     found: list[Path] = []
     for raw in candidates:
         if not raw:
@@ -586,17 +581,16 @@ class Sandbox:
             timed_out = True
         finally:
             # Kill the tree whether or not the main process ended: a grandchild may still run.
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             if cgroups:
                 cgroups.sweep()
             proc.wait()
         for reader in readers:
             reader.join(timeout=0.5)
         for stream, _, _ in streams:
-            stream.close()
+            if stream is not None:  # never None (both are pipes), but Popen types them optional
+                stream.close()
         code = proc.returncode
         killed_by = None
         if code is not None and code < 0:

@@ -105,7 +105,8 @@ class ReactState(Serial):
 
     def outcome(self, episode: Episode) -> RunOutcome:
         counters = episode.engine.counters
-        notes = [] if self.validated or self.answer is None else ["the final answer was not validated: no validator was given"]
+        notes = ([] if self.validated or self.answer is None
+                 else ["the final answer was not validated: no validator was given"])
         return RunOutcome(self.answer, self.answer if self.validated else None, iterations=self.step, notes=notes,
                           retried=counters.reflector_calls + counters.experience_hits > 0,
                           retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
@@ -222,7 +223,8 @@ def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validat
     if isinstance(action, FinalAnswer):
         text = prompts.describe_action(prompts.FINAL, {"answer": action.answer})
         if not action.answer.strip():
-            return text, Observation(prompts.FINAL, {}, False, code=ErrorCode.EMPTY, message="the final answer is empty")
+            return text, Observation(prompts.FINAL, {}, False, code=ErrorCode.EMPTY,
+                                     message="the final answer is empty")
         problem = validator(action.answer) if validator else None
         return text, Observation(prompts.FINAL, {"answer": action.answer}, problem is None, action.answer,
                                  ErrorCode.VALIDATION_FAILED if problem else None, problem or "")

@@ -96,7 +96,8 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
     from earlier trials. With `resample`, a revision that repeats itself gets one fresh attempt sampled at
     RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS. The session's governor may cut retries for a
-    `family` of tasks where they have not paid. `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
+    `family` of tasks where they have not paid. `meta` is stored with the run. `resume=RUN_ID` continues
+    a stored run from its last checkpoint.
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")

@@ -100,8 +100,8 @@ class ResearchState(Serial):
         verdict = Verdict(Status.PASS if checked else Status.FAIL, (audit(answer or "", self.sources().keys()),))
         details = {"answer": answer,
                    "evidence": [{"n": n, **asdict(e)} for n, e in enumerate(self.evidence, start=1)],
-                   "queries": [{"query": q, "status": "failed" if q in self.failed else "ok", "error": self.failed.get(q)}
-                               for q in self.ran]}
+                   "queries": [{"query": q, "status": "failed" if q in self.failed else "ok",
+                                "error": self.failed.get(q)} for q in self.ran]}
         final = _with_references(answer, self) if answer is not None else None
         counters = {"evidence": len(self.evidence), "failed_queries": len(self.failed),
                     "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
@@ -151,9 +151,9 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
         outcome = engine.handle(bad[0], goal=s.question, facts=[], action=s.draft.answer[:300], snippet=bad[0].message)
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
-        if outcome.repair is not None and outcome.repair.kind == "search":
-            if not _search_round(run, s, backend, cache, k):
-                break
+        searching = outcome.repair is not None and outcome.repair.kind == "search"
+        if searching and not _search_round(run, s, backend, cache, k):
+            break
         s.feedback = bad[0].message if bad[0].code is ErrorCode.UNCITED else ""
         if not _revise(ep, s):
             return Stop(run.budget_stop or StopReason.ERROR)
@@ -176,7 +176,8 @@ def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: Sea
     """Run the draft's usable queries; False when none was usable (then research is over)."""
     assert s.draft is not None
     gaps = prompts.concrete_gaps(s.draft.reflection)
-    queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, {normalise_query(q) for q in s.ran}, s.anchor)
+    seen = {normalise_query(q) for q in s.ran}
+    queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, seen, s.anchor)
     run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
     if not queries:
         s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")
@@ -215,7 +216,8 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
         return []
     if cache:
         cache.put(backend.name, query, hits)
-    run.record(Searched(query, "ok", False, [e.id for e in hits]), Role.SEARCH, usage=Usage(calls=1), started_at=started)
+    run.record(Searched(query, "ok", False, [e.id for e in hits]), Role.SEARCH, usage=Usage(calls=1),
+               started_at=started)
     return hits
 
 

@@ -97,7 +97,7 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
         key = " ".join(_WORD.findall(query.lower()))
         if key in seen:
             rejected.append(f"{query}: already run or duplicated")
-        elif gaps and content_words(query) >= content_words(question) and len(content_words(query) - content_words(question)) == 0:
+        elif gaps and content_words(query) == content_words(question):
             rejected.append(f"{query}: repeats the question while a specific gap is named")
         elif len(content_words(query) & topic) < min(MIN_SHARED_WORDS, len(content_words(query)) or 1):
             rejected.append(f"{query}: unrelated to the question and its gaps")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
 from ..structured import Message
 from .base import Generation, Model, schema_instruction
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 SchemaMode = Literal["json_schema", "json_object", "tool", "prompt"]
 
@@ -77,7 +80,8 @@ class OpenAIModel(Model):
         try:
             import openai
         except ImportError:
-            raise ModelNotInstalled("the openai package is not installed", hint="pip install 'reflexa[openai]'") from None
+            raise ModelNotInstalled("the openai package is not installed",
+                                    hint="pip install 'reflexa[openai]'") from None
         if base_url is None and not model:
             raise ConfigError("no model named", hint="use openai:MODEL or openai:http://HOST:PORT/v1#MODEL")
         # A local server needs no key, but the SDK insists on one; a keyed gateway gets $OPENAI_API_KEY.
@@ -117,7 +121,8 @@ class OpenAIModel(Model):
         except openai.AuthenticationError:
             raise ModelError("the server refused the API key", hint="check OPENAI_API_KEY") from None
         except openai.NotFoundError:
-            raise ModelError(f"model {self.model!r} not found at {self.base_url}", hint="check the model name") from None
+            raise ModelError(f"model {self.model!r} not found at {self.base_url}",
+                             hint="check the model name") from None
         except openai.APIStatusError as exc:
             raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}") from None
 
@@ -143,7 +148,9 @@ class OpenAIModel(Model):
             if mode in ("prompt", "json_object"):
                 # The schema also goes into the prompt, so the model knows the field names.
                 messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
-        out = self._request(lambda: self.client.chat.completions.create(messages=messages, **kwargs))
+        # reflexa's messages are plain role/content dicts, which the SDK's TypedDict union accepts at run time.
+        sent = cast("list[ChatCompletionMessageParam]", messages)
+        out = self._request(lambda: self.client.chat.completions.create(messages=sent, **kwargs))
         choice = out.choices[0]
         text = choice.message.content or ""
         if choice.message.tool_calls:

@@ -8,7 +8,8 @@ from .base import Model
 from .config import CONFIG_NAME, config_paths, configured_spec
 from .registry import Availability, all_availability, load, names
 
-SPEC_HELP = "local[:NAME|:PATH.gguf], openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, scripted:FILE.json"
+SPEC_HELP = ("local[:NAME|:PATH.gguf], openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
+             "scripted:FILE.json")
 
 __all__ = ["CONFIG_NAME", "SPEC_HELP", "Availability", "availability", "config_paths", "configured_spec", "resolve"]
 

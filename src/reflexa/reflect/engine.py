@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 DEFAULT_QUOTA = 2
 """Reflector calls per run when the budget sets no max_reflections."""
+NO_FACTS = Facts()
+"""The classifier's facts when the caller knows nothing beyond the signal (Facts is frozen: one is enough)."""
 
 
 @dataclass(slots=True)
@@ -105,7 +107,7 @@ class Engine:
         return bad
 
     def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
-               rule_facts: Facts = Facts()) -> Outcome:
+               rule_facts: Facts = NO_FACTS) -> Outcome:
         outcome = self._decide(signal, goal, facts, action, snippet, rule_facts)
         self.run.record(Decided(signal, action[:300], outcome.kind, outcome.reason, outcome.lesson, outcome.repair,
                                 outcome.reused, outcome.stop))

@@ -1,8 +1,8 @@
 """The default search backend: a local corpus in SQLite FTS5, ranked by BM25.
 
-Files (.md, .txt, .html, and .pdf with the `pdf` extra) are chunked into passages that keep their title, path and position. Indexing
-is incremental by content hash: an unchanged file is skipped, a changed one re-chunked, a deleted one
-dropped.
+Files (.md, .txt, .html, and .pdf with the `pdf` extra) are chunked into passages that keep their title,
+path and position. Indexing is incremental by content hash: an unchanged file is skipped, a changed one
+re-chunked, a deleted one dropped.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def _text(path: Path) -> tuple[str, str]:
         return title, "\n\n".join(page.extract_text() or "" for page in reader.pages)
     raw = path.read_text(errors="replace")
     if path.suffix in (".html", ".htm"):
-        title = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
+        found = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
         body = html.unescape(_TAG.sub(" ", raw))
-        return (html.unescape(title.group(1)).strip() if title else path.stem), body
+        return (html.unescape(found.group(1)).strip() if found else path.stem), body
     heading = re.search(r"^#\s+(.+)$", raw, re.MULTILINE)
     return (heading.group(1).strip() if heading else path.stem), raw
 
@@ -114,7 +114,7 @@ class LocalCorpus:
                     continue
                 try:
                     title, text = _text(path)
-                except Exception:  # a broken file must not stop the index: count it and go on
+                except Exception:  # noqa: BLE001 - a broken file must not stop the index: count it and go on
                     skipped += 1
                     continue
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))

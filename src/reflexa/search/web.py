@@ -43,7 +43,7 @@ class TavilySearch:
     def search(self, query: str, k: int) -> list[Evidence]:
         try:
             data = self.client.search(query, max_results=k, timeout=TIMEOUT)
-        except Exception as exc:  # the SDK raises its own and requests' exceptions
+        except Exception as exc:  # noqa: BLE001 - the SDK raises its own and requests' exceptions
             raise SearchError(f"tavily: {exc}") from None
         return [Evidence(r["url"], r["url"], r.get("title", ""), r.get("content", ""), float(r.get("score", 0.0)))
                 for r in data.get("results", [])[:k]]
@@ -60,7 +60,7 @@ class DuckDuckGoSearch:
     def search(self, query: str, k: int) -> list[Evidence]:
         try:
             rows = self.client.text(query, max_results=k)
-        except Exception as exc:  # ddgs raises DDGSException and its transport's errors
+        except Exception as exc:  # noqa: BLE001 - ddgs raises DDGSException and its transport's errors
             raise SearchError(f"ddgs: {exc}") from None
         return [Evidence(r["href"], r["href"], r.get("title", ""), r.get("body", ""), float(k - i))
                 for i, r in enumerate(rows[:k])]

@@ -69,7 +69,7 @@ def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
             # A function of one pydantic model: that model is the argument schema.
             return Tool(name or fn.__name__, description, fn, only[0].annotation, timeout, side_effect, empty_ok,
                         max_chars, takes_model=True)
-        params = {}
+        params: dict[str, Any] = {}  # field name -> (annotation, default), as create_model takes them
         for pname, param in signature.parameters.items():
             annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
             default = param.default if param.default is not inspect.Parameter.empty else ...
@@ -249,9 +249,10 @@ class ToolSession:
         call = (lambda: t.function(valid)) if t.takes_model else (lambda: t.function(**valid.model_dump()))
         try:
             value = _run_with_timeout(call, t.timeout)
-        except Exception as exc:  # every failure becomes an observation; KeyboardInterrupt still stops
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            return Observation(t.name, args, False, code=_code_for(exc), message=cap(str(exc) or type(exc).__name__, 400),
+            return Observation(t.name, args, False, code=_code_for(exc),
+                               message=cap(str(exc) or type(exc).__name__, 400),
                                suggestion=suggestion, fatal=getattr(exc, "fatal", False))
         text = _render(value)
         if not text.strip() and not t.empty_ok:

@@ -66,7 +66,8 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
             if not rows:
                 close = difflib.get_close_matches(table, tables(conn), n=1, cutoff=0.6)
-                raise ToolError(ErrorCode.NOT_FOUND, f"no such table: {table}" + (f" (did you mean {close[0]}?)" if close else ""),
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ToolError(ErrorCode.NOT_FOUND, f"no such table: {table}{hint}",
                                 suggestion={"table": close[0]} if close else None)
             return ", ".join(f"{r[1]} {r[2]}" for r in rows)
 

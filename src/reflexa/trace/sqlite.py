@@ -202,7 +202,8 @@ class SQLiteStore:
 
     def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
              since: float | None = None) -> list[RunRecord]:
-        where, params = ["1"], []
+        where: list[str] = ["1"]
+        params: list[str | float] = []
         if loop is not None:
             where.append("loop = ?")
             params.append(loop)
@@ -227,7 +228,8 @@ class SQLiteStore:
         return matches[0] if len(matches) == 1 else None
 
     def steps(self, run_id: str) -> list[Step]:
-        return [step_from_row(dict(r)) for r in self._read("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))]
+        rows = self._read("SELECT * FROM steps WHERE run_id=? ORDER BY step_id", (run_id,))
+        return [step_from_row(dict(r)) for r in rows]
 
     def get(self, ns: str, key: str) -> dict[str, Any] | None:
         rows = self._read("SELECT value FROM records WHERE ns=? AND key=?", (ns, key))
