@@ -83,4 +83,5 @@ def test_sigkill_at_every_step_boundary_then_resume(tmp_path):
         paid = (case / "ledger.txt").read_text().split() if (case / "ledger.txt").exists() else []
         lost += len({"1", "2", "3"} - set(paid))
         repeated += len(paid) - len(set(paid))
+    print(f"SIGKILL at {kills} step boundaries: {lost} effects lost, {repeated} repeated")
     assert (kills, lost, repeated) == (boundaries, 0, 0)
