@@ -8,7 +8,10 @@ Strategies, side by side on the same tasks:
   (b) every-step  the same, plus a reflection call after every step over the full history
   (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 reuses pass 1's library)
 Reports success rate, tokens, model calls, reflector calls, the experience hit rate on the second pass,
-and steps from an error to the next clean step. The answer key is used only to score, never shown.
+and steps from an error to the next clean step. Every strategy gets the same validator, which checks a final
+answer against the database (what the answer key holds) and says only that it does not match; an answer
+is never taken on trust. Rows go to a JSONL file beside --out as they finish, and a rerun resumes from
+them (the experience library lives in a SQLite file beside it too, so pass 2 still sees pass 1's).
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from typing import Any
 from reflexa import (
     Budget,
     ExperienceLibrary,
-    MemoryStore,
     Result,
     Session,
+    SQLiteStore,
     Tool,
     ToolError,
     ToolRegistry,
@@ -41,7 +44,7 @@ from reflexa.loops import react_prompts as prompts
 from reflexa.reflect.reflector import Reflection
 from reflexa.runtime import Run
 from reflexa.tools import ToolSession
-from reflexa.types import ErrorCode, Role
+from reflexa.types import ErrorCode, Role, StopReason
 
 QUESTIONS = [
     ("How many orders are there?", "SELECT count(*) FROM orders"),
@@ -123,7 +126,13 @@ def correct(answer: str | None, expected: str) -> bool:
     return expected.lower() in answer.lower()
 
 
-def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, steps: int) -> tuple[Result, list[int]]:
+def validator(expected: str) -> Any:
+    """The task's objective check: the answer matches the database, or it is rejected (without the answer)."""
+    return lambda answer: None if correct(answer, expected) else "the answer does not match the database"
+
+
+def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, steps: int,
+             validate: Any) -> tuple[Result, list[int]]:
     """(a) and (b): the common tutorial loop, every earlier step in the prompt."""
     run = Run("baseline", goal, model, budget=Budget())
     tools = ToolSession(registry)
@@ -149,7 +158,11 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
         tool, args = reply.value["action"]["tool"], reply.value["action"]["args"]
         if tool == prompts.FINAL:
             answer = str(args.get("answer", ""))
-            break
+            if (problem := validate(answer)) is None:
+                break
+            history.append(f"{step}. {tool}({json.dumps(args)}) -> rejected: {problem}")
+            answer = None
+            continue
         observation = tools.call(tool, args, step=step)
         history.append(f"{step}. {tool}({json.dumps(args)}) -> {observation.shown()}")
         if not observation.ok and error_since is None:
@@ -174,7 +187,7 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
             if critique is not None and critique.value is not None:
                 lessons.append(f"- {critique.value.correction}")
     result = run.finish(
-        run.budget_stop or __import__("reflexa").StopReason.MAX_ITERATIONS,
+        run.budget_stop or (StopReason.PASSED if answer is not None else StopReason.MAX_ITERATIONS),
         output=answer,
         best=answer,
         verdict=None,
@@ -209,27 +222,33 @@ def main() -> None:
     if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
         raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
     model = resolve_model(args.model)
+    rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
+    done = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         db = load_shop(Path(tmp) / "shop.sqlite")
         suite = tasks(db)[: args.limit or None]
-        store = MemoryStore()
+        store = SQLiteStore(args.out.with_suffix(".db"))  # the experience library, kept across a resume
         library = ExperienceLibrary(store)
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
         for name in args.strategies.split(","):
-            rows = []
+            rows = [r for r in done if r["strategy"] == name]
             for task in suite:
+                if any(r["question"] == task.question and r["fault"] == task.fault for r in rows):
+                    continue
                 registry = ToolRegistry(faulty_tools(db, task.fault))
                 if name.startswith("reflexa"):
                     session = Session(model=model, store=store, experience=library)
-                    result = react(task.question, registry, session=session, max_steps=args.steps)
+                    result = react(task.question, registry, session=session, max_steps=args.steps,
+                                   validator=validator(task.answer))
                     recoveries = result.counters["recovery_steps"]
                 else:
-                    result, recoveries = baseline(
-                        task.question, registry, model, reflect=name == "every-step", steps=args.steps
-                    )
+                    result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step",
+                                                  steps=args.steps, validate=validator(task.answer))
                 usage = result.total_usage
                 rows.append(
                     {
+                        "strategy": name,
                         "question": task.question,
                         "fault": task.fault,
                         "answer": result.output,
@@ -243,6 +262,8 @@ def main() -> None:
                         "counters": result.counters,
                     }
                 )
+                with rows_path.open("a") as handle:
+                    handle.write(json.dumps(rows[-1], default=str) + "\n")
             summary = summarise(rows)
             if name.startswith("reflexa"):
                 hits = sum(r["counters"]["experience_hits"] for r in rows)
