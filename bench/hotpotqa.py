@@ -135,9 +135,16 @@ def main() -> None:
     model = resolve_model(args.model)
     report: dict[str, Any] = {"model": model.name, "questions": len(rows), "strategies": {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # One row per (strategy, question), appended as it finishes: a rerun resumes where a run stopped.
+    rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
+    done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
+        if rows_path.exists() else {}
     for name in args.strategies.split(","):
         totals: Counter = Counter()
         for i, row in enumerate(rows, 1):
+            if (name, row["id"]) in done:
+                totals.update(done[(name, row["id"])]["metrics"])
+                continue
             if name == "every-time":
                 answer, evidence, result = every_time(row["question"], row, model)
             else:
@@ -147,22 +154,17 @@ def main() -> None:
                     session=Session(model=model),
                     max_rounds=0 if name == "no-research" else 2,
                 )
-                answer, evidence = answer_only(result.output or ""), result.details.get("evidence", [])
+                answer = result.details.get("answer") or answer_only(result.output or "")
+                evidence = result.details.get("evidence", [])
             exact, f1, contains = em_f1_contains(answer, row["answer"])
             good, made, gold = citation_scores(evidence, answer, row)
             usage = result.total_usage
-            totals.update(
-                {
-                    "em": exact,
-                    "f1": f1,
-                    "contains": contains,
-                    "good": good,
-                    "cited": made,
-                    "gold": gold,
-                    "tokens": usage.total_tokens,
-                    "calls": usage.calls,
-                }
-            )
+            metrics = {"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
+                       "tokens": usage.total_tokens, "calls": usage.calls}
+            totals.update(metrics)
+            with rows_path.open("a") as handle:
+                handle.write(json.dumps({"strategy": name, "id": row["id"], "stop": result.stop_reason.value,
+                                         "answer": answer, "metrics": metrics}) + "\n")
             print(f"  {name} {i}/{len(rows)} stop={result.stop_reason.value} f1={f1:.2f}", file=sys.stderr, flush=True)
             # Written after every question, so a long run that is stopped keeps what it measured.
             report["strategies"][name] = summary = summarise(totals, i)
