@@ -375,3 +375,23 @@ def test_a_run_another_live_process_works_on_cannot_be_resumed(tmp_path):
     run = Run("refine", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=SQLiteStore(path),
               resume=run_id)
     assert run.run_id == run_id and os.getpid() > 0
+
+
+def test_offline_web_search_through_the_cli_never_claims_no_search_was_sought(tmp_path, monkeypatch):
+    import reflexa.search.web as web
+
+    class Offline:
+        name = "wikipedia"
+
+        def search(self, query, k):
+            raise SearchError("wikipedia: network unreachable")
+
+    monkeypatch.setattr(web, "backend", lambda name: Offline())  # what an offline machine answers
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([draft("It is tall.", missing=["Eiffel Tower height metres"],
+                                         queries=["Eiffel Tower height"]),
+                                   draft("It is tall.", missing=["more information"])]))
+    result = runner.invoke(app, ["research", "How tall is the Eiffel Tower?", "--search", "wikipedia",
+                                 "--model", f"scripted:{replies}"])
+    assert result.exit_code == 4, result.output
+    assert "Could not verify" in result.output and "no new evidence was sought" not in result.output.lower()
