@@ -70,12 +70,14 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--strategies", default="single,refine,n1,n2")
     parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--ids", default="", help="only these task ids, comma-separated (a tuning subset)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
     parser.add_argument("--name", default="humaneval", help="file stem under bench/results/")
     args = parser.parse_args()
     model = resolve_model(args.model)
+    chosen = [p for p in problems(args.problems) if not args.ids or p.id in args.ids.split(",")]
     report = bench(
-        problems(args.problems),
+        chosen,
         model,
         args.strategies.split(","),
         args.results / f"{args.name}-rows.jsonl",
