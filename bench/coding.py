@@ -3,6 +3,8 @@
 Strategies, side by side on the same problems and the same model:
   single    one attempt: reflexa's generator prompt, no retry (refine with max_attempts=1)
   refine    reflexa `refine`: up to 3 attempts, test signals, the reflection engine
+            (variants: refine-full, refine-noexplain, refine-sample: a failed revision is followed by a
+            fresh sampled attempt)
   n1        the cookbook evaluator-optimizer: an LLM judge answers a free-text verdict and feedback, the
             generator sees every earlier attempt with its feedback; at most 3 attempts; scored by the tests
   n2        a naive test-driven loop: plain prompt, every earlier attempt re-sent with its test errors; at most 3
@@ -120,11 +122,10 @@ def evaluator_optimizer(model: Model, p: Problem, max_tokens: int) -> tuple[list
 
 def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
     started = time.monotonic()
-    if name in ("single", "refine", "refine-full", "refine-noexplain"):
+    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample"):
         attempts = 1 if name == "single" else ATTEMPTS
-        options = (
-            {"context": "full"} if name == "refine-full" else {"explain": False} if name == "refine-noexplain" else {}
-        )
+        options = {"refine-full": {"context": "full"}, "refine-noexplain": {"explain": False},
+                   "refine-sample": {"resample": "revision"}}.get(name, {})
         store = MemoryStore()
         result = refine(
             p.task,

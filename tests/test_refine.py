@@ -80,7 +80,7 @@ def test_identical_candidate_stops_with_no_progress():
     model = ScriptedModel([answer("one"), LESSON, answer("one")])
     store = MemoryStore()
     result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5,
-                    resample=False)
+                    resample="off")
     assert result.stop_reason is StopReason.NO_PROGRESS
     assert model.calls == 3
     assert any(s.kind == "no_progress" for s in store.steps(result.run_id))
@@ -108,7 +108,7 @@ def test_same_failure_fingerprint_twice_stops_with_no_progress():
             return Signal("t", False, ErrorCode.TEST_FAILED, "assert f(3) == 9 failed", score=0.5)
 
     model = ScriptedModel([answer("one"), LESSON, answer("two")])
-    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5, resample=False)
+    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5, resample="off")
     assert result.stop_reason is StopReason.NO_PROGRESS
 
 
@@ -255,3 +255,10 @@ def test_every_step_is_stored_in_order():
 def test_refine_without_checks_is_a_config_error():
     with pytest.raises(ConfigError):
         refine("task", [], session=Session(model=ScriptedModel()))
+
+
+def test_resample_after_every_failed_revision():
+    model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("good")])
+    result = refine("task", [Expect("good")], session=Session(model=model), resample="revision")
+    assert result.passed and model.calls == 5
+    assert len(model.prompts[4]) == 1  # the third attempt starts fresh from the task: it is sampled, not revised

@@ -16,6 +16,9 @@ from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
 ContextStrategy = Literal["latest", "full"]
+Resample = Literal["off", "stall", "revision"]
+"""When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself
+(the default); or also after every revision that still fails."""
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
@@ -84,7 +87,7 @@ class RefineState(Serial):
 def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
            max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "latest", explain: bool = True,
            lessons: Sequence[Lesson] = (), max_tokens: int = 512, temperature: float = 0.0,
-           resample: bool = True, family: str = "refine", meta: dict[str, Any] | None = None,
+           resample: Resample = "stall", family: str = "refine", meta: dict[str, Any] | None = None,
            resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
     a spent budget.
@@ -94,8 +97,8 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
     generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
-    from earlier trials. With `resample`, a revision that repeats itself gets one fresh attempt sampled at
-    RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS. The session's governor may cut retries for a
+    from earlier trials. With `resample` "stall", a revision that repeats itself gets one fresh attempt sampled
+    at RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS; with "revision", so does every failed revision. The session's governor may cut retries for a
     `family` of tasks where they have not paid. `meta` is stored with the run. `resume=RUN_ID` continues
     a stored run from its last checkpoint.
     """
@@ -114,12 +117,13 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
 
 
 def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, max_tokens: int,
-              temperature: float, resample: bool) -> Stop:
+              temperature: float, resample: Resample) -> Stop:
     """The loop itself: attempt, check, then stop, revise or restart."""
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
     while len(s.candidates) < ep.bound:
         sampled, s.sample_next = s.sample_next, False
+        revised = s.revising is not None
         reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
                          max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
         if reply is None:
@@ -137,7 +141,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if not engine.gate(len(s.candidates), verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
         if why := engine.progress.stalled(s.candidates, frozenset(x.fingerprint for x in verdict.failing)):
-            if not resample or s.resampled or len(s.candidates) == ep.bound:
+            if resample == "off" or s.resampled or len(s.candidates) == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
@@ -163,6 +167,8 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if verdict.status is Status.FAIL:
             s.lessons.append(lesson)
             s.revising = None
+        elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
+            s.revising, s.sample_next = None, True
         else:
             s.revising = (candidate, feedback)
         ep.checkpoint(s)
