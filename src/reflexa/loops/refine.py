@@ -97,10 +97,10 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
     generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
-    from earlier trials. With `resample` "stall", a revision that repeats itself gets one fresh attempt sampled
-    at RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS; with "revision", so does every failed revision. The session's governor may cut retries for a
-    `family` of tasks where they have not paid. `meta` is stored with the run. `resume=RUN_ID` continues
-    a stored run from its last checkpoint.
+    from earlier trials. With `resample` "stall", a revision that repeats itself gets one fresh attempt
+    sampled at RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS; with "revision", so does every failed
+    revision. The session's governor may cut retries for a `family` of tasks where they have not paid.
+    `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
