@@ -11,10 +11,11 @@ setup-demo:
 setup-test:
 	@bash scripts/setup.sh test
 
-# The main job: the bundled is_prime task, solved by `refine` on the embedded model. Exit codes 0, 3 and 4
+# The main job: a bundled task the default model fails on its first attempt (HumanEval/9, rolling_max), solved
+# by `refine` on the embedded model. Exit codes 0, 3 and 4
 # count as "ran" (0 passed, 3 stopped without passing, 4 answered but unverified); 1 and 2 are failures.
 demo: setup-demo
-	@.venv/bin/reflexa refine --task examples/is_prime/task.md --tests examples/is_prime/test_solution.py; \
+	@.venv/bin/reflexa refine --task examples/rolling_max/task.md --tests examples/rolling_max/test_solution.py; \
 	  code=$$?; echo "reflexa exited $$code (0 solved, 3 not solved within the budget, 4 answered but unverified)"; \
 	  case $$code in 0|3|4) ;; *) exit $$code ;; esac
 
