@@ -86,8 +86,10 @@ _LAX_CHAR = 'char ::= [^"\\\\]'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F]'
 
 
-PROMPT_CACHE_BYTES = 512 * 1024 * 1024
-"""Memory for saved llama.cpp states, by prompt prefix (least recently used dropped first)."""
+PROMPT_CACHE_BYTES = 1024 * 1024 * 1024
+"""Memory for saved llama.cpp states, by prompt prefix (least recently used dropped first). A state holds
+the model's logits buffer too (about 300 MB for Qwen's 151,936-token vocabulary), so this keeps about
+three: enough for a generator's prefix to survive a reflector call in between."""
 
 GRAMMAR_MAX_LENGTH = 300
 """The longest `maxLength` put in a grammar. The converter nests one rule per character, and a 2,000-deep
@@ -182,10 +184,23 @@ class LocalModel(Model):
         """Point the shared llama.cpp model at this model's prompt cache, or clear what it holds."""
         if self.cache_prompts:
             if self._cache is None:
-                from llama_cpp import LlamaRAMCache
-
-                self._cache = LlamaRAMCache(capacity_bytes=PROMPT_CACHE_BYTES)
+                self._cache = _bounded_cache(PROMPT_CACHE_BYTES)
             llama.set_cache(self._cache)
         else:
             llama.set_cache(None)
             llama.reset()  # forget the last prompt, whose prefix llama.cpp would otherwise reuse
+
+
+def _bounded_cache(capacity: int) -> Any:
+    """llama-cpp-python's RAM cache, counting every byte a saved state holds. The stock one counts only
+    llama.cpp's own state and not the logits buffer each state copies (hundreds of MB for a large
+    vocabulary), so it never evicts: a HumanEval run grew to 21 GB before the kernel killed it."""
+    from llama_cpp import LlamaRAMCache
+
+    class BoundedRAMCache(LlamaRAMCache):
+        @property
+        def cache_size(self) -> int:
+            return sum(state.llama_state_size + state.scores.nbytes + state.input_ids.nbytes
+                       for state in self.cache_state.values())
+
+    return BoundedRAMCache(capacity_bytes=capacity)
