@@ -395,3 +395,14 @@ def test_offline_web_search_through_the_cli_never_claims_no_search_was_sought(tm
                                  "--model", f"scripted:{replies}"])
     assert result.exit_code == 4, result.output
     assert "Could not verify" in result.output and "no new evidence was sought" not in result.output.lower()
+
+
+def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_then_salvaged(docs):
+    long_answer = "Paris is the capital of France. " * 160  # about 5,000 characters
+    cut = json.dumps(draft(long_answer, missing=["more information"]))
+    model = ScriptedModel([cut, cut])  # cut off both times: longer than either call's max_tokens
+    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
+    assert model.calls == 2
+    assert model.prompts[1] == model.prompts[0]  # the same question again, not a lecture about the schema
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and "Paris is the capital" in result.output
+    assert any("unusable" in note for note in result.notes)
