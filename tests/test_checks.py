@@ -240,3 +240,16 @@ def test_a_tree_over_its_memory_cap_is_a_resource_limit_signal():
     for signal in (signal_from_report("t", result, Limits(tree_memory_mb=512)),
                    signal_from_exec("t", result, Limits(tree_memory_mb=512))):
         assert signal.code is ErrorCode.RESOURCE_LIMIT and "512 MiB" in signal.message and signal.score == 0.0
+
+
+def test_pytest_check_without_pytest_is_a_setup_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    from reflexa.errors import ConfigError
+
+    tests = tmp_path / "test_x.py"
+    tests.write_text("def test_x():\n    assert True\n")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a))
+    with pytest.raises(ConfigError, match="pytest is not installed"):
+        PytestCheck(tests)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import importlib.util
 import os
 import re
 import shlex
@@ -17,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, field_validator
 
+from ..errors import ConfigError
 from ..structured import Message, Text300, extract_json
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap
 from .sandbox import ExecResult, Limits, Sandbox
@@ -288,6 +290,9 @@ class PytestCheck:
     subjective = False
 
     def __init__(self, tests: Path, *, module: str = "solution", sandbox: Sandbox | None = None) -> None:
+        if importlib.util.find_spec("pytest") is None:
+            # A setup fault, not the candidate's: say so before any model call is spent on it.
+            raise ConfigError("pytest is not installed in this environment", hint="pip install pytest")
         self.tests = Path(tests)
         self.test_source = self.tests.read_text()
         self.module = module
