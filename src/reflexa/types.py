@@ -69,7 +69,6 @@ class ErrorCode(StrEnum):
     LOW_CONFIDENCE = "LOW_CONFIDENCE"
     VALIDATION_FAILED = "VALIDATION_FAILED"
     GAP = "GAP"
-    CUT_OFF = "CUT_OFF"
     NO_TEST_REPORT = "NO_TEST_REPORT"
     """The tests did not run to the end: the process exited early or left no harness report."""
     TAMPERED = "TAMPERED"
