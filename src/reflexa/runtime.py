@@ -22,11 +22,26 @@ from .trace.store import MemoryStore, RunRecord, Store
 from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
-"""Called with ("call", role) before a model call, ("token", text) while a reply streams where the
-backend can, ("status", text) while a check or tool runs, and ("step", Step) after each step is stored."""
+"""Called with ("run", RunStarted) when a run opens or reopens, ("call", role) before a model call,
+("token", text) while a reply streams where the backend can, ("status", text) while a check or tool runs,
+("step", Step) after each step is stored, and ("finish", Result) when the run is closed. An observer
+ignores the events it does not know: more may come."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """What an observer hears when a run opens (or a stored one is resumed): a tracer opens its span here."""
+
+    run_id: str
+    loop: str
+    task: str
+    model: str
+    started_at: float
+    """Wall-clock seconds (time.time()), like a step's started_at."""
+    resumed: bool = False
 
 
 @payload("model_call")
@@ -80,6 +95,7 @@ class Run:
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget, **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
+            self._announce(loop, task, resumed=False)
             return
         record = self.store.get_run(resume)
         if record is None:
@@ -96,6 +112,11 @@ class Run:
         for step in self.resumed_steps:
             if step.role and step.usage.calls:
                 self.meter.record(step.role, step.usage)
+        self._announce(loop, task, resumed=True)
+
+    def _announce(self, loop: str, task: str, *, resumed: bool) -> None:
+        if self.observer:
+            self.observer("run", RunStarted(self.run_id, loop, task, self.model.name, time.time(), resumed))
 
     def record(self, data: Payload, role: Role | str | None = None, *, input: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
@@ -158,4 +179,6 @@ class Run:
         status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
         self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
         self.store.release_lease(self.run_id, self.owner)
+        if self.observer:
+            self.observer("finish", result)
         return result

@@ -151,6 +151,7 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         chosen = _next_action(ep, s, tools, schema)
         if chosen is None:
             return Stop(run.budget_stop or StopReason.ERROR)
+        acted_at = time.time()  # the step spans the tool call: a trace (and a tracer) shows its time
         action, observation = _carry_out(chosen.action, tools, s.step, validator)
         signals = [] if isinstance(chosen.action, PageAction) else step_signals(
             source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
@@ -165,12 +166,12 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         if final and observation.ok:
             s.answer, s.validated = observation.output, validator is not None
             engine.gate(s.step, [])
-            _record(ep, s, chosen, action, observation)
+            _record(ep, s, chosen, action, observation, acted_at)
             return Stop(StopReason.PASSED if s.validated else StopReason.ANSWERED_UNVERIFIED)
         bad = engine.gate(s.step, signals)
         if observation.ok and not bad:
             ws.add_fact(f"{action} -> {observation.output}")
-        _record(ep, s, chosen, action, observation)
+        _record(ep, s, chosen, action, observation, acted_at)
         if bad and s.step < ep.bound:  # with no step left, a repair or a lesson would go unused
             outcome = engine.handle(bad[0], goal=ws.goal, facts=ws.facts, action=action,
                                     snippet=observation.shown(), rule_facts=_facts(observation, s, action, tools))
@@ -181,10 +182,11 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
     return Stop(StopReason.MAX_ITERATIONS)
 
 
-def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation: Observation) -> None:
+def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation: Observation,
+            started_at: float) -> None:
     ep.run.record(Acted(s.step, chosen.thought, action, observation.shown(), observation.ok, observation.code,
                         isinstance(chosen.action, FinalAnswer), observation.replayed, observation.superseded,
-                        ep.snapshot(s)), Role.GENERATOR)
+                        ep.snapshot(s)), Role.GENERATOR, started_at=started_at)
 
 
 def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:

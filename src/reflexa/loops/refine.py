@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -124,16 +125,19 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
     while len(s.candidates) < ep.bound:
         sampled, s.sample_next = s.sample_next, False
         revised = s.revising is not None
+        attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
         reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
                          max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         plan_text, candidate = prompts.split_reply(reply.text)
         s.candidates.append(candidate)
-        run.record(Attempt(len(s.candidates), s.revising is not None, plan_text, candidate), Role.GENERATOR)
+        run.record(Attempt(len(s.candidates), s.revising is not None, plan_text, candidate), Role.GENERATOR,
+                   started_at=attempt_at)
         run.status("running checks")
+        checked_at = time.time()  # the verdict step spans the checks: a trace (and a tracer) shows their time
         verdict = run_checks(checks, candidate, check_context)
-        run.record(Checked(verdict), Role.EVALUATOR)
+        run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
         if len(s.candidates) == 1:
             s.first_attempt_tokens = run.meter.total.total_tokens
         if s.best is None or verdict.score > s.best[1].score:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from .. import observe
 from ..errors import ModelError, RunInterrupted
 from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary, Governor
@@ -112,7 +113,7 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     family = family or loop
     plan = (session.governor.plan(model.name, family, task, bound, budget.max_reflections, cut=cut)
             if session.governor else Plan(bound, budget.max_reflections))
-    run = Run(loop, task, model, budget=budget, store=session.store, observer=session.observer,
+    run = Run(loop, task, model, budget=budget, store=session.store, observer=observe.attach(session.observer),
               meta={"family": family, "bound": bound, **(meta or {})}, resume=resume)
     engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
     if resume is not None:

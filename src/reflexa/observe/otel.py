@@ -1,0 +1,410 @@
+"""OpenTelemetry spans for runs, named and attributed after the GenAI semantic conventions.
+
+    invoke_agent refine          a run: reflexa.loop, reflexa.stop_reason, reflexa.verdict, token totals
+    ├── chat qwen                a model call: gen_ai.request.model, gen_ai.usage.*, reflexa.role
+    ├── reflexa.attempt          a loop step (refine's attempt, trials' trial, research's queries)
+    ├── reflexa.check            the checks: reflexa.verdict, reflexa.gate.decision
+    ├── reflexa.decision         the engine: reflexa.classifier.decision, reflexa.lesson.id
+    ├── execute_tool query       a react tool call: gen_ai.tool.name, error.type when it failed
+    ├── retrieval                a research search
+    └── invoke_agent refine      a run started inside this one (trials), under its span
+
+Spans are made from the stored steps with the steps' own start and end times: nothing is timed for
+tracing in the loop. Prompt and completion content (gen_ai.input.messages, gen_ai.output.messages, tool
+arguments and results, candidates, lessons) is left off unless content capture is on
+(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, or `content=True`).
+
+The names follow the GenAI conventions as of semantic-conventions 1.37 (gen_ai.provider.name, not the
+older gen_ai.system). They are still marked "development" upstream and may change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from .. import __version__
+from ..errors import ConfigError
+from ..runtime import RunStarted
+from ..types import Lesson, Result, Step, StopReason
+
+log = logging.getLogger("reflexa.observe")
+
+CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI instrumentations' standard switch for recording message content."""
+_CONTENT_ON = frozenset({"true", "1", "span_only", "span_and_event"})
+
+# GenAI semantic-convention attribute names.
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+AGENT_NAME = "gen_ai.agent.name"
+REQUEST_MODEL = "gen_ai.request.model"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_TYPE = "gen_ai.tool.type"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TOOL_RESULT = "gen_ai.tool.call.result"
+QUERY_TEXT = "gen_ai.retrieval.query.text"
+ERROR_TYPE = "error.type"
+
+IN_PROCESS = frozenset({"local", "scripted"})
+"""Providers whose model runs in this process: their chat spans are INTERNAL rather than CLIENT."""
+
+
+def capture_content() -> bool:
+    """Whether OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT asks for content on spans."""
+    return os.environ.get(CONTENT_ENV, "").strip().lower() in _CONTENT_ON
+
+
+def lesson_id(lesson: Lesson) -> str:
+    """A lesson's id: a hash of its text, so the same lesson (e.g. reused from the experience library)
+    has the same id in every run."""
+    text = "\n".join((lesson.failure_step, lesson.observed_mismatch, lesson.root_cause, lesson.correction))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+_ENV_PROVIDER: Any = None
+
+
+def provider_from_env() -> Any:
+    """The TracerProvider for `REFLEXA_OTEL=1`: the application's global one when it set one (reflexa's
+    spans then join its traces), else one made once per process from the standard OTEL_* variables,
+    exporting OTLP over HTTP (OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318), or to the
+    console with OTEL_TRACES_EXPORTER=console. Spans still queued at exit are flushed then."""
+    global _ENV_PROVIDER
+    current = trace.get_tracer_provider()
+    if not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return current
+    if _ENV_PROVIDER is not None:
+        return _ENV_PROVIDER
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "reflexa"}))
+    provider = TracerProvider(resource=resource)
+    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
+    exporter: SpanExporter | None
+    if exporter_name == "none":
+        exporter = None
+    elif exporter_name == "console":
+        exporter = ConsoleSpanExporter()
+    elif exporter_name == "otlp":
+        exporter = _otlp_exporter()
+    else:
+        raise ConfigError(f"OTEL_TRACES_EXPORTER={exporter_name!r} is not one reflexa sets up",
+                          hint="use otlp, console or none, or configure a TracerProvider yourself")
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    _ENV_PROVIDER = provider
+    return provider
+
+
+def _otlp_exporter() -> Any:
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
+    if protocol != "http/protobuf":
+        raise ConfigError(f"reflexa exports OTLP over http/protobuf, not {protocol}",
+                          hint="unset OTEL_EXPORTER_OTLP_PROTOCOL, or configure a TracerProvider yourself")
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ConfigError("exporting spans over OTLP needs the `otel` extra",
+                          hint="pip install 'reflexa[otel]'") from None
+    return OTLPSpanExporter()  # reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT and _HEADERS itself
+
+
+@dataclass(slots=True)
+class _OpenRun:
+    span: Span
+    context: otel_context.Context
+    provider: str
+    model: str
+    chat_name: str
+    chat_kind: SpanKind
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _text_json(role: str, text: str, finish_reason: str | None = None) -> str:
+    message: dict[str, Any] = {"role": role, "parts": [{"type": "text", "content": text}]}
+    if finish_reason is not None:
+        message["finish_reason"] = finish_reason
+    return json.dumps([message], ensure_ascii=False)
+
+
+def _messages_json(step_input: Any) -> str:
+    messages = step_input.get("messages", []) if isinstance(step_input, dict) else []
+    return json.dumps([{"role": m.get("role", "user"), "parts": [{"type": "text", "content": m.get("content", "")}]}
+                       for m in messages], ensure_ascii=False)
+
+
+def _tool(action: str) -> tuple[str, str]:
+    """A react action's tool name and arguments, from its text form `tool({...})` or `page N of tool`."""
+    name, paren, rest = action.partition("(")
+    if paren and name:
+        return name, rest[:-1] if rest.endswith(")") else rest
+    if action.startswith("page "):
+        return action.rpartition(" of ")[2], ""
+    return "invalid", ""
+
+
+_INTERNAL_ERROR = re.compile(r"internal error: (\w+):")
+
+
+class Tracing:
+    """An observer that turns runs into OpenTelemetry spans (see the module docstring for the tree).
+
+    A run started while another is open in the same thread is its child; the first run in a thread is a
+    child of the caller's current span, if any. Telemetry never breaks a run: an error in here is logged."""
+
+    def __init__(self, provider: Any = None, *, content: bool | None = None) -> None:
+        """`provider` is a TracerProvider (default: the global one). `content` None follows
+        OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT."""
+        self.provider = provider if provider is not None else trace.get_tracer_provider()
+        self.tracer = self.provider.get_tracer("reflexa", __version__)
+        self.content = capture_content() if content is None else content
+        self._runs: dict[str, _OpenRun] = {}
+        self._local = threading.local()
+        self._handlers = {
+            "model_call": self._model_call, "attempt": self._attempt, "verdict": self._checked,
+            "engine": self._decided, "react": self._acted, "search": self._searched, "audit": self._audited,
+            "trial": self._trial, "queries": self._queries, "flag": self._event, "no_progress": self._event,
+            "checkpoint": None, "stop": None,  # plumbing, and the end the run span already says
+        }
+
+    @classmethod
+    def from_env(cls, content: bool | None = None) -> Tracing:
+        """Tracing into `provider_from_env()`."""
+        return cls(provider_from_env(), content=content)
+
+    def flush(self, timeout_millis: int = 30_000) -> bool:
+        """Export the spans still queued (a batch job's last act); True when all went out."""
+        force_flush = getattr(self.provider, "force_flush", None)
+        return bool(force_flush(timeout_millis)) if force_flush else True
+
+    def __call__(self, event: str, data: Any) -> None:
+        try:
+            if event == "step":
+                self._step(data)
+            elif event == "run":
+                self._start(data)
+            elif event == "finish":
+                self._finish(data)
+        except Exception:  # noqa: BLE001 - a telemetry fault must never end a run
+            log.exception("reflexa tracing failed on a %r event", event)
+
+    # runs
+
+    def _stack(self) -> list[str]:
+        stack: list[str] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _start(self, started: RunStarted) -> None:
+        stack = self._stack()
+        parent = self._runs[stack[-1]].context if stack and stack[-1] in self._runs else None
+        provider, colon, model = started.model.partition(":")
+        model = model if colon else provider
+        attributes: dict[str, Any] = {
+            OPERATION: "invoke_agent", AGENT_NAME: started.loop, PROVIDER: provider, REQUEST_MODEL: model,
+            "reflexa.loop": started.loop, "reflexa.run_id": started.run_id, "reflexa.resumed": started.resumed,
+        }
+        if self.content:
+            attributes[INPUT_MESSAGES] = _text_json("user", started.task)
+        span = self.tracer.start_span(f"invoke_agent {started.loop}", context=parent, kind=SpanKind.INTERNAL,
+                                      attributes=attributes, start_time=_ns(started.started_at))
+        kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
+        self._runs[started.run_id] = _OpenRun(span, trace.set_span_in_context(span, parent), provider, model,
+                                              f"chat {model}", kind)
+        stack.append(started.run_id)
+
+    def _finish(self, result: Result) -> None:
+        run = self._runs.pop(result.run_id, None)
+        if run is None:
+            return
+        stack = self._stack()
+        if result.run_id in stack:
+            stack.remove(result.run_id)
+        total = result.total_usage
+        counters = result.counters
+        attributes: dict[str, Any] = {
+            "reflexa.stop_reason": str(result.stop_reason),
+            "reflexa.verdict": str(result.verdict.status) if result.verdict else "none",
+            "reflexa.iterations": result.iterations, "reflexa.steps": result.steps,
+            INPUT_TOKENS: total.input_tokens, OUTPUT_TOKENS: total.output_tokens,
+        }
+        for name in ("reflector_calls", "experience_hits", "rule_repairs", "gate_signals"):
+            if isinstance(counters.get(name), int):
+                attributes[f"reflexa.engine.{name}"] = counters[name]
+        if self.content and result.output is not None:
+            attributes[OUTPUT_MESSAGES] = _text_json("assistant", result.output)
+        if result.stop_reason is StopReason.ERROR:
+            match = _INTERNAL_ERROR.match(result.error or "")
+            attributes[ERROR_TYPE] = match.group(1) if match else "_OTHER"
+            run.span.set_status(Status(StatusCode.ERROR, (result.error or "")[:500]))
+        run.span.set_attributes(attributes)
+        run.span.end(time.time_ns())
+
+    # steps
+
+    def _step(self, step: Step) -> None:
+        run = self._runs.get(step.run_id)
+        if run is None:  # a run this observer did not see start
+            return
+        handler = self._handlers.get(step.kind, self._other)
+        if handler is not None:
+            handler(run, step, step.payload())
+
+    def _emit(self, run: _OpenRun, name: str, step: Step, attributes: dict[str, Any],
+              kind: SpanKind = SpanKind.INTERNAL, error: str | None = None) -> None:
+        span = self.tracer.start_span(name, context=run.context, kind=kind, attributes=attributes,
+                                      start_time=_ns(step.started_at))
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(_ns(step.ended_at))
+
+    def _model_call(self, run: _OpenRun, step: Step, data: Any) -> None:
+        usage = step.usage
+        attributes: dict[str, Any] = {
+            OPERATION: "chat", PROVIDER: run.provider, REQUEST_MODEL: run.model,
+            INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
+            FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "", "reflexa.step.id": step.step_id,
+        }
+        if data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
+            attributes["reflexa.reply.invalid"] = True
+        if self.content:
+            attributes[INPUT_MESSAGES] = _messages_json(step.input)
+            attributes[OUTPUT_MESSAGES] = _text_json("assistant", data.text, data.finish_reason)
+        self._emit(run, run.chat_name, step, attributes, run.chat_kind)
+
+    def _attempt(self, run: _OpenRun, step: Step, data: Any) -> None:
+        attributes: dict[str, Any] = {"reflexa.step.id": step.step_id, "reflexa.iteration": data.iteration,
+                                      "reflexa.revising": data.revising}
+        if self.content:
+            attributes["reflexa.candidate"] = data.candidate
+        self._emit(run, "reflexa.attempt", step, attributes)
+
+    def _checked(self, run: _OpenRun, step: Step, data: Any) -> None:
+        verdict = data.verdict
+        failing = verdict.failing
+        attributes: dict[str, Any] = {
+            "reflexa.step.id": step.step_id, "reflexa.verdict": str(verdict.status),
+            "reflexa.verdict.score": verdict.score, "reflexa.gate.decision": "failing" if failing else "clean",
+            "reflexa.check.sources": tuple(s.source for s in verdict.signals),
+        }
+        if failing:
+            attributes["reflexa.signal.codes"] = tuple(str(s.code) for s in failing if s.code)
+        if self.content and verdict.feedback:
+            attributes["reflexa.feedback"] = verdict.feedback
+        self._emit(run, "reflexa.check", step, attributes)
+
+    def _audited(self, run: _OpenRun, step: Step, data: Any) -> None:
+        signal = data.signal
+        attributes: dict[str, Any] = {"reflexa.step.id": step.step_id, "reflexa.check.sources": (signal.source,),
+                                      "reflexa.gate.decision": "clean" if signal.ok else "failing"}
+        if signal.code:
+            attributes["reflexa.signal.codes"] = (str(signal.code),)
+        self._emit(run, "reflexa.check", step, attributes)
+
+    def _decided(self, run: _OpenRun, step: Step, data: Any) -> None:
+        if data.decision == "repair":
+            classifier = "rule"
+        elif data.stop is StopReason.UNRECOVERABLE and data.lesson is None:
+            classifier = "unrecoverable"
+        else:
+            classifier = "reflect"
+        signal = data.signal
+        attributes: dict[str, Any] = {
+            "reflexa.step.id": step.step_id, "reflexa.gate.decision": "failing",
+            "reflexa.classifier.decision": classifier, "reflexa.engine.decision": data.decision,
+            "reflexa.engine.reason": data.reason[:200], "reflexa.signal.source": signal.source,
+            "reflexa.signal.code": str(signal.code) if signal.code else "", "reflexa.experience.hit": data.reused,
+        }
+        if data.lesson is not None:
+            attributes["reflexa.lesson.id"] = lesson_id(data.lesson)
+        if data.repair is not None:
+            attributes["reflexa.repair.kind"] = data.repair.kind
+        if data.stop is not None:
+            attributes["reflexa.stop_reason"] = str(data.stop)
+        if self.content:
+            attributes["reflexa.signal.message"] = signal.message
+            attributes["reflexa.action"] = data.action
+            if data.lesson is not None:
+                attributes["reflexa.lesson"] = data.lesson.render()
+        self._emit(run, "reflexa.decision", step, attributes)
+
+    def _acted(self, run: _OpenRun, step: Step, data: Any) -> None:
+        name, arguments = _tool(data.action)
+        attributes: dict[str, Any] = {
+            OPERATION: "execute_tool", TOOL_NAME: name, TOOL_TYPE: "function", "reflexa.step.id": step.step_id,
+            "reflexa.react.step": data.step, "reflexa.tool.ok": data.ok,
+        }
+        if data.is_final:
+            attributes["reflexa.final"] = True
+        if data.replayed:
+            attributes["reflexa.replayed"] = True
+        error = None
+        if not data.ok:
+            attributes[ERROR_TYPE] = str(data.code) if data.code else "_OTHER"
+            error = attributes[ERROR_TYPE]
+        if self.content:
+            attributes[TOOL_ARGUMENTS] = arguments
+            attributes[TOOL_RESULT] = data.observation
+            attributes["reflexa.thought"] = data.thought
+        self._emit(run, f"execute_tool {name}", step, attributes, error=error)
+
+    def _searched(self, run: _OpenRun, step: Step, data: Any) -> None:
+        attributes: dict[str, Any] = {
+            OPERATION: "retrieval", "reflexa.step.id": step.step_id, "reflexa.search.status": data.status,
+            "reflexa.search.cached": data.cached, "reflexa.search.hits": len(data.evidence),
+        }
+        error = None
+        if data.status == "failed":
+            attributes[ERROR_TYPE] = error = "search_failed"
+        if self.content:
+            attributes[QUERY_TEXT] = data.query
+        self._emit(run, "retrieval", step, attributes, error=error)
+
+    def _trial(self, run: _OpenRun, step: Step, data: Any) -> None:
+        self._emit(run, "reflexa.trial", step, {
+            "reflexa.step.id": step.step_id, "reflexa.trial": data.trial, "reflexa.trial.run_id": data.run_id,
+            "reflexa.stop_reason": str(data.stop_reason), "reflexa.lessons": len(data.lessons),
+            INPUT_TOKENS: step.usage.input_tokens, OUTPUT_TOKENS: step.usage.output_tokens,
+        })
+
+    def _queries(self, run: _OpenRun, step: Step, data: Any) -> None:
+        self._emit(run, "reflexa.queries", step, {
+            "reflexa.step.id": step.step_id, "reflexa.queries.proposed": len(data.proposed),
+            "reflexa.queries.run": len(data.run), "reflexa.queries.rejected": len(data.rejected),
+        })
+
+    def _event(self, run: _OpenRun, step: Step, data: Any) -> None:
+        # A flag changes nothing: an event on the run's span, not a span of its own.
+        run.span.add_event(f"reflexa.{step.kind}", {"reflexa.step.id": step.step_id, "reflexa.reason": data.why},
+                           timestamp=_ns(step.ended_at))
+
+    def _other(self, run: _OpenRun, step: Step, data: Any) -> None:
+        # A step kind added after this module (another loop's): a plain span, so the tree has no hole.
+        self._emit(run, f"reflexa.{step.kind}", step, {"reflexa.step.id": step.step_id,
+                                                        "reflexa.role": step.role or ""})

@@ -1,0 +1,363 @@
+"""OpenTelemetry spans and Prometheus metrics from scripted runs: the span tree and its attribute names,
+content capture, a real OTLP/HTTP receiver on 127.0.0.1, the metric series, and a push to a gateway."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("prometheus_client")
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reflexa import MemoryStore, ReflexaError, ScriptedModel, Session, Signal, StopReason, refine
+from reflexa.loops import react
+from reflexa.observe import Metrics, Tracing, attach, disable, observers, otel
+from reflexa.observe.metrics import push
+from reflexa.tools import sql_tools
+from reflexa.types import ErrorCode
+
+REPLY_BAD = "Plan: subtract\n```\ndef add(a, b):\n    return a - b\n```"
+REPLY_GOOD = "Plan: add\n```\ndef add(a, b):\n    return a + b\n```"
+LESSON = {
+    "failure_step": "attempt 1",
+    "observed_mismatch": "add(1, 2) returned -1",
+    "root_cause": "subtraction instead of addition",
+    "correction": "return a + b",
+}
+
+
+class FailsOnce:
+    """Fails the first candidate with evidence a lesson can name, passes the next."""
+
+    name, subjective = "unit", False
+
+    def __init__(self):
+        self.calls = 0
+
+    def run(self, candidate, context):
+        self.calls += 1
+        if "a - b" in candidate:
+            return Signal("unit", False, ErrorCode.TEST_FAILED, "assert add(1, 2) == 3",
+                          evidence="AssertionError: add(1, 2) returned -1", score=0.0)
+        return Signal("unit", True, score=1.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_switched_telemetry(monkeypatch):
+    for name in ("REFLEXA_OTEL", "REFLEXA_METRICS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED",
+                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER", otel.CONTENT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(otel, "_ENV_PROVIDER", None)
+    disable()
+    yield
+    disable()
+
+
+def memory_tracing(**kwargs):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Tracing(provider, **kwargs), exporter
+
+
+def refine_run(observer, store=None):
+    model = ScriptedModel([REPLY_BAD, LESSON, REPLY_GOOD])
+    return refine("Write add(a, b)", [FailsOnce()], session=Session(model=model, store=store or MemoryStore(),
+                                                                  observer=observer))
+
+
+def test_refine_span_tree_follows_the_genai_conventions():
+    tracing, exporter = memory_tracing()
+    store = MemoryStore()
+    result = refine_run(tracing, store)
+    assert result.passed
+    spans = exporter.get_finished_spans()
+    (run,) = [s for s in spans if s.parent is None]
+    assert run.name == "invoke_agent refine"
+    assert [s.name for s in spans if s is not run] == [
+        "chat scripted", "reflexa.attempt", "reflexa.check", "chat scripted", "reflexa.decision",
+        "chat scripted", "reflexa.attempt", "reflexa.check",
+    ]
+    assert all(s.parent.span_id == run.context.span_id and s.context.trace_id == run.context.trace_id
+               for s in spans if s is not run)
+    a = run.attributes
+    assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "refine"
+    assert a["reflexa.loop"] == "refine" and a["reflexa.run_id"] == result.run_id
+    assert a["reflexa.stop_reason"] == "PASSED" and a["reflexa.verdict"] == "PASS"
+    assert a["gen_ai.usage.input_tokens"] == result.total_usage.input_tokens > 0
+    assert a["reflexa.engine.reflector_calls"] == 1
+
+    chats = [s for s in spans if s.name == "chat scripted"]
+    assert [c.attributes["reflexa.role"] for c in chats] == ["generator", "reflector", "generator"]
+    stored = [s for s in store.steps(result.run_id) if s.kind == "model_call"]
+    for chat, step in zip(chats, stored, strict=True):
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.request.model"] == "scripted"
+        assert chat.attributes["gen_ai.provider.name"] == "scripted"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == step.usage.input_tokens
+        assert chat.attributes["gen_ai.usage.output_tokens"] == step.usage.output_tokens
+        assert chat.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+        # The span carries the stored step's own times: nothing was timed twice.
+        assert chat.start_time == int(step.started_at * 1e9) and chat.end_time == int(step.ended_at * 1e9)
+
+    first_check, second_check = [s for s in spans if s.name == "reflexa.check"]
+    assert first_check.attributes["reflexa.verdict"] != "PASS"
+    assert first_check.attributes["reflexa.gate.decision"] == "failing"
+    assert first_check.attributes["reflexa.signal.codes"] == ("TEST_FAILED",)
+    assert second_check.attributes["reflexa.gate.decision"] == "clean"
+    (decision,) = [s for s in spans if s.name == "reflexa.decision"]
+    assert decision.attributes["reflexa.classifier.decision"] == "reflect"
+    assert decision.attributes["reflexa.engine.decision"] == "lesson"
+    assert len(decision.attributes["reflexa.lesson.id"]) == 12
+
+    # Content is off by default: no prompt, completion, candidate or lesson text on any span.
+    content = {"gen_ai.input.messages", "gen_ai.output.messages", "reflexa.candidate", "reflexa.lesson"}
+    assert not any(content & set(s.attributes) for s in spans)
+    assert not any("a + b" in str(v) for s in spans for v in s.attributes.values())
+
+
+def test_content_is_captured_with_the_standard_setting(monkeypatch):
+    monkeypatch.setenv(otel.CONTENT_ENV, "true")
+    tracing, exporter = memory_tracing()
+    refine_run(tracing)
+    spans = exporter.get_finished_spans()
+    chat = next(s for s in spans if s.name == "chat scripted")
+    sent = json.loads(chat.attributes["gen_ai.input.messages"])
+    assert sent[-1]["role"] == "user" and "Write add(a, b)" in sent[-1]["parts"][0]["content"]
+    (answer,) = json.loads(chat.attributes["gen_ai.output.messages"])
+    assert answer["role"] == "assistant" and "a - b" in answer["parts"][0]["content"]
+    assert answer["finish_reason"] == "stop"
+    decision = next(s for s in spans if s.name == "reflexa.decision")
+    assert "return a + b" in decision.attributes["reflexa.lesson"]
+    run = next(s for s in spans if s.parent is None)
+    assert "Write add(a, b)" in run.attributes["gen_ai.input.messages"]
+    # The explicit argument wins over the environment.
+    tracing, exporter = memory_tracing(content=False)
+    refine_run(tracing)
+    assert not any("gen_ai.input.messages" in s.attributes for s in exporter.get_finished_spans())
+
+
+def act(tool_name, thought, **args):
+    return {"action": {"thought": thought, "tool": tool_name, "args": args, "confidence": 0.9}}
+
+
+def test_react_tool_calls_are_execute_tool_spans(shop):
+    tracing, exporter = memory_tracing()
+    model = ScriptedModel([act("query", "look it up", sql="SELECT nme FROM customers WHERE id = 1"),
+                           act("final_answer", "done", answer="done")])
+    result = react("Name of customer 1?", sql_tools(shop), validator=lambda answer: None,
+                   session=Session(model=model, observer=tracing))
+    assert result.passed
+    spans = exporter.get_finished_spans()
+    tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    assert [s.name for s in tools] == ["execute_tool query", "execute_tool query", "execute_tool final_answer"]
+    failed, repaired, final = tools
+    assert failed.attributes["gen_ai.tool.name"] == "query" and failed.attributes["reflexa.tool.ok"] is False
+    assert failed.status.status_code is StatusCode.ERROR and failed.attributes["error.type"]
+    assert repaired.status.status_code is StatusCode.UNSET and "error.type" not in repaired.attributes
+    assert final.attributes["reflexa.final"] is True
+    assert failed.end_time >= failed.start_time
+    (decision,) = [s for s in spans if s.name == "reflexa.decision"]
+    assert decision.attributes["reflexa.classifier.decision"] == "rule"
+    assert decision.attributes["reflexa.repair.kind"] == "args"
+    assert "gen_ai.tool.call.arguments" not in failed.attributes  # content off
+
+
+def test_a_run_inside_a_run_is_a_child_span():
+    from reflexa.loops import trials
+
+    tracing, exporter = memory_tracing()
+    inner = ScriptedModel([REPLY_BAD, REPLY_GOOD])
+    outer = ScriptedModel([LESSON])
+    result = trials("Write add(a, b)", lambda lessons, budget: refine(
+        "Write add(a, b)", [FailsOnce()], lessons=lessons, budget=budget, max_attempts=1,
+        session=Session(model=inner, observer=tracing)), session=Session(model=outer, observer=tracing))
+    assert result.passed
+    spans = exporter.get_finished_spans()
+    (top,) = [s for s in spans if s.parent is None]
+    children = [s for s in spans if s.name == "invoke_agent refine"]
+    assert top.name == "invoke_agent trials" and len(children) == 2
+    assert all(c.parent.span_id == top.context.span_id for c in children)
+    assert [s.attributes["reflexa.stop_reason"] for s in spans if s.name == "reflexa.trial"] == [
+        "MAX_ITERATIONS", "PASSED"]
+
+
+def test_a_telemetry_fault_never_breaks_a_run(monkeypatch, caplog):
+    tracing, _ = memory_tracing()
+
+    def broken(*args):
+        raise RuntimeError("exporter bug")
+
+    monkeypatch.setattr(tracing, "_attempt", broken)
+    tracing._handlers["attempt"] = broken
+    assert refine_run(tracing).passed
+    assert "reflexa tracing failed" in caplog.text
+
+
+def test_observers_fan_out():
+    seen = []
+    assert observers(None, None) is None
+    one = lambda event, data: seen.append(("one", event))
+    assert observers(None, one) is one
+    both = observers(one, lambda event, data: seen.append(("two", event)))
+    both("status", "x")
+    assert seen == [("one", "status"), ("two", "status")]
+
+
+def test_off_attaches_nothing_and_the_switches_turn_it_on(monkeypatch):
+    mine = lambda event, data: None
+    assert attach(mine) is mine and attach(None) is None  # off: the run gets the session's own observer
+    monkeypatch.setenv("REFLEXA_OTEL", "maybe")
+    with pytest.raises(ReflexaError, match="REFLEXA_OTEL must be 1 or 0"):
+        attach(mine)
+    monkeypatch.setenv("REFLEXA_OTEL", "0")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    assert attach(mine) is mine  # REFLEXA_OTEL=0 beats an endpoint meant for someone else
+    monkeypatch.setenv("REFLEXA_OTEL", "1")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("REFLEXA_METRICS", "1")
+    fan = attach(mine)
+    kinds = [type(o).__name__ for o in fan.observers]
+    assert fan.observers[0] is mine and kinds[1:] == ["Tracing", "Metrics"]
+    disable()
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    monkeypatch.setenv("REFLEXA_METRICS", "0")
+    assert attach(mine) is mine
+
+
+def test_bad_exporter_settings_are_clear_errors(monkeypatch):
+    monkeypatch.setenv("REFLEXA_OTEL", "1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.raises(ReflexaError, match="http/protobuf"):
+        attach(None)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(ReflexaError, match="OTEL_TRACES_EXPORTER"):
+        attach(None)
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """A tiny HTTP receiver: records each request's method, path, content type and body; answers 200."""
+
+    def _record(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.requests.append((self.command, self.path, self.headers.get("Content-Type"), body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_PUT = _record
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def receiver():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_spans_reach_a_real_otlp_http_receiver(monkeypatch, receiver):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    # Only the standard variable: an endpoint switches tracing on where the extra is installed.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_port}")
+    result = refine_run(None)
+    tracing = attach(None)
+    assert isinstance(tracing, Tracing) and tracing.flush(10_000)
+    tracing.provider.shutdown()
+    posts = [r for r in receiver.requests if r[0] == "POST"]
+    assert posts and all(path == "/v1/traces" and ctype == "application/x-protobuf" for _, path, ctype, _ in posts)
+    names, runs, service = [], [], set()
+    for *_, body in posts:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            service |= {a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"}
+            for scope_spans in resource_spans.scope_spans:
+                assert scope_spans.scope.name == "reflexa"
+                for span in scope_spans.spans:
+                    names.append(span.name)
+                    attributes = {a.key: a.value for a in span.attributes}
+                    if span.name == "invoke_agent refine":
+                        runs.append(attributes["reflexa.run_id"].string_value)
+    assert service == {"reflexa"}
+    assert runs == [result.run_id] and names.count("chat scripted") == 3 and "reflexa.decision" in names
+
+
+def metric_values(registry):
+    values = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return values
+
+
+def test_metrics_series_after_a_scripted_run():
+    registry = CollectorRegistry()
+    result = refine_run(Metrics(registry))
+    v = metric_values(registry)
+    loop = (("loop", "refine"),)
+    assert v[("reflexa_runs_total", (("loop", "refine"), ("stop_reason", "PASSED")))] == 1
+    assert v[("reflexa_run_duration_seconds_count", loop)] == 1
+    assert v[("reflexa_step_duration_seconds_count", (("kind", "model_call"), ("loop", "refine")))] == 3
+    assert v[("reflexa_step_duration_seconds_count", (("kind", "verdict"), ("loop", "refine")))] == 2
+    assert 0 < v[("reflexa_step_duration_seconds_sum", (("kind", "model_call"), ("loop", "refine")))] < 60
+    generator = (("model", "scripted"), ("role", "generator"))
+    assert v[("reflexa_model_call_duration_seconds_count", generator)] == 2
+    for kind, spent in (("input", result.usage["generator"].input_tokens),
+                        ("output", result.usage["generator"].output_tokens)):
+        assert v[("reflexa_model_tokens_total", (*generator, ("type", kind)))] == spent > 0
+    assert v[("reflexa_reflections_total", loop)] == 1
+    assert v[("reflexa_gate_decisions_total", (("decision", "clean"), ("loop", "refine")))] == 1
+    assert v[("reflexa_gate_decisions_total", (("decision", "failing"), ("loop", "refine")))] == 1
+    assert v[("reflexa_classifier_decisions_total", (("decision", "reflect"), ("loop", "refine")))] == 1
+    assert v[("reflexa_experience_lookups_total", (("loop", "refine"), ("result", "hit")))] == 0
+    refine_run(Metrics(registry))  # a second observer on the same registry adds to the same series
+    assert metric_values(registry)[("reflexa_runs_total", (("loop", "refine"), ("stop_reason", "PASSED")))] == 2
+
+
+def test_interrupted_runs_add_no_engine_counts():
+    from reflexa.types import Result
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    from reflexa.runtime import RunStarted
+
+    metrics("run", RunStarted("r1", "refine", "t", "scripted", 0.0))
+    metrics("finish", Result(None, None, None, StopReason.INTERRUPTED, {}, "r1", counters={"reflector_calls": 2}))
+    v = metric_values(registry)
+    assert v[("reflexa_runs_total", (("loop", "refine"), ("stop_reason", "INTERRUPTED")))] == 1
+    assert ("reflexa_reflections_total", (("loop", "refine"),)) not in v
+
+
+def test_push_to_a_gateway(receiver):
+    registry = CollectorRegistry()
+    refine_run(Metrics(registry))
+    push(f"127.0.0.1:{receiver.server_port}", "nightly", registry=registry)
+    ((method, path, _, body),) = receiver.requests
+    assert method == "PUT" and path == "/metrics/job/nightly"
+    assert b'reflexa_runs_total{loop="refine",stop_reason="PASSED"} 1.0' in body
+
+
+def test_push_to_a_gateway_that_is_not_there():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ReflexaError, match="could not push metrics"):
+        push(f"127.0.0.1:{port}", "nightly", registry=CollectorRegistry(), timeout=5)
