@@ -1,10 +1,15 @@
 """Per-iteration overhead of `refine` with a zero-latency scripted model, and the cost of `import reflexa`.
 
-    .venv/bin/python bench/loop_overhead.py [--iterations 2000] [--repeats 5]
+    .venv/bin/python bench/loop_overhead.py [--iterations 2000] [--repeats 5] [--telemetry off|on|both]
 
 Side by side on the same machine: the bare-Python reference loop from FACTS.md (one SQLite commit per
 step under synchronous=FULL), so the figures can be read as ratios. Targets: <= 350 µs per iteration with
 the SQLite store on; `import reflexa` <= 150 ms.
+
+With `--telemetry both` (the default when the `otel` and `metrics` extras are installed) each case also
+runs with OpenTelemetry spans (BatchSpanProcessor into an exporter that drops them: the in-process cost,
+not a network's) and Prometheus metrics on, alternating with the plain run, and prints the difference.
+Target: at most 50 µs more per iteration.
 """
 
 from __future__ import annotations
@@ -45,7 +50,36 @@ class NeverPasses:
         return next(self.signals)
 
 
-def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
+_TELEMETRY = None
+
+
+def telemetry():
+    """One Tracing + Metrics observer per process, as `REFLEXA_OTEL=1 REFLEXA_METRICS=1` would attach."""
+    global _TELEMETRY
+    if _TELEMETRY is None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+        from prometheus_client import CollectorRegistry
+
+        from reflexa.observe import Metrics, Tracing, observers
+
+        class Dropped(SpanExporter):
+            def export(self, spans):
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Dropped()))
+        _TELEMETRY = observers(Tracing(provider, content=False), Metrics(CollectorRegistry()))
+    return _TELEMETRY
+
+
+def telemetry_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("opentelemetry.sdk", "prometheus_client"))
+
+
+def time_refine(iterations: int, store_kind: str, explain: bool, observed: bool = False) -> float:
     rng = random.Random(0)
     replies: list = []
     for _ in range(iterations):
@@ -69,7 +103,7 @@ def time_refine(iterations: int, store_kind: str, explain: bool) -> float:
             [check],
             explain=explain,
             budget=Budget(max_reflections=iterations if explain else 0),
-            session=Session(model=model, store=store),
+            session=Session(model=model, store=store, observer=telemetry() if observed else None),
             max_attempts=iterations,
         )
         elapsed = time.perf_counter() - started
@@ -111,23 +145,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--telemetry", choices=("off", "on", "both"), default=None,
+                        help="without, with, or alternately without and with spans and metrics "
+                        "(default: both when the otel and metrics extras are installed, else off)")
     args = parser.parse_args()
-    rows = []
+    mode = args.telemetry or ("both" if telemetry_installed() else "off")
+    modes = {"off": (False,), "on": (True,), "both": (False, True)}[mode]
+    header = {"off": "off", "on": "otel+metrics"}
+    print(f"{'case':40s}" + "".join(f"{header['on' if m else 'off'] + ' µs/it':>20s}" for m in modes)
+          + (f"{'difference µs/it':>20s}" if len(modes) == 2 else ""))
+    for m in modes:  # warm-up: imports, pydantic adapters, the span processor's thread
+        time_refine(20, "memory", True, observed=m)
     for store in ("sqlite", "memory"):
         for explain in (False, True):
-            runs = [time_refine(args.iterations, store, explain) for _ in range(args.repeats)]
-            rows.append((f"refine, {store} store, explain={explain}", statistics.median(runs)))
-    rows.append(
-        (
-            "reference (FACTS.md): bare loop, one FULL-synced commit per step",
-            statistics.median(time_reference(args.iterations, 1) for _ in range(args.repeats)),
-        )
-    )
-    print(f"{'case':60s} {'µs/iteration':>14s}")
-    for name, micros in rows:
-        print(f"{name:60s} {micros:14.0f}")
+            runs: dict[bool, list[float]] = {m: [] for m in modes}
+            for _ in range(args.repeats):
+                for m in modes:  # alternated, so a busy spell on the machine hits both alike
+                    runs[m].append(time_refine(args.iterations, store, explain, observed=m))
+            medians = [statistics.median(runs[m]) for m in modes]
+            line = f"{f'refine, {store} store, explain={explain}':40s}" + "".join(f"{x:20.0f}" for x in medians)
+            if len(medians) == 2:
+                line += f"{medians[1] - medians[0]:+20.0f}"
+            print(line)
+    reference = statistics.median(time_reference(args.iterations, 1) for _ in range(args.repeats))
+    print(f"{'reference (FACTS.md): bare loop, one FULL-synced commit per step':66s} {reference:14.0f} µs/it")
     print(
-        f"{'import reflexa (median of ' + str(args.repeats * 2) + ' fresh processes), ms':60s} "
+        f"{'import reflexa (median of ' + str(args.repeats * 2) + ' fresh processes), ms':66s} "
         f"{import_ms(args.repeats * 2):14.1f}"
     )
 

@@ -83,8 +83,7 @@ def test_refine_span_tree_follows_the_genai_conventions():
     (run,) = [s for s in spans if s.parent is None]
     assert run.name == "invoke_agent refine"
     assert [s.name for s in spans if s is not run] == [
-        "chat scripted", "reflexa.attempt", "reflexa.check", "chat scripted", "reflexa.decision",
-        "chat scripted", "reflexa.attempt", "reflexa.check",
+        "chat scripted", "reflexa.check", "chat scripted", "chat scripted", "reflexa.check",
     ]
     assert all(s.parent.span_id == run.context.span_id and s.context.trace_id == run.context.trace_id
                for s in spans if s is not run)
@@ -112,16 +111,24 @@ def test_refine_span_tree_follows_the_genai_conventions():
     assert first_check.attributes["reflexa.verdict"] != "PASS"
     assert first_check.attributes["reflexa.gate.decision"] == "failing"
     assert first_check.attributes["reflexa.signal.codes"] == ("TEST_FAILED",)
+    assert first_check.attributes["reflexa.check.sources"] == ("unit",)
+    assert first_check.attributes["reflexa.iteration"] == 1 and first_check.attributes["reflexa.revising"] is False
     assert second_check.attributes["reflexa.gate.decision"] == "clean"
-    (decision,) = [s for s in spans if s.name == "reflexa.decision"]
+    assert second_check.attributes["reflexa.verdict"] == "PASS" and second_check.attributes["reflexa.iteration"] == 2
+    checked = [s for s in store.steps(result.run_id) if s.kind == "verdict"]
+    assert first_check.start_time == int(checked[0].started_at * 1e9) < first_check.end_time
+    (decision,) = [e for e in run.events if e.name == "reflexa.decision"]
     assert decision.attributes["reflexa.classifier.decision"] == "reflect"
     assert decision.attributes["reflexa.engine.decision"] == "lesson"
+    assert decision.attributes["reflexa.signal.code"] == "TEST_FAILED"
     assert len(decision.attributes["reflexa.lesson.id"]) == 12
+    assert first_check.end_time <= decision.timestamp <= second_check.start_time
 
-    # Content is off by default: no prompt, completion, candidate or lesson text on any span.
+    # Content is off by default: no prompt, completion, candidate or lesson text on any span or event.
     content = {"gen_ai.input.messages", "gen_ai.output.messages", "reflexa.candidate", "reflexa.lesson"}
-    assert not any(content & set(s.attributes) for s in spans)
-    assert not any("a + b" in str(v) for s in spans for v in s.attributes.values())
+    attribute_sets = [s.attributes for s in spans] + [e.attributes for e in run.events]
+    assert not any(content & set(a) for a in attribute_sets)
+    assert not any("a + b" in str(v) for a in attribute_sets for v in a.values())
 
 
 def test_content_is_captured_with_the_standard_setting(monkeypatch):
@@ -135,10 +142,11 @@ def test_content_is_captured_with_the_standard_setting(monkeypatch):
     (answer,) = json.loads(chat.attributes["gen_ai.output.messages"])
     assert answer["role"] == "assistant" and "a - b" in answer["parts"][0]["content"]
     assert answer["finish_reason"] == "stop"
-    decision = next(s for s in spans if s.name == "reflexa.decision")
-    assert "return a + b" in decision.attributes["reflexa.lesson"]
     run = next(s for s in spans if s.parent is None)
+    decision = next(e for e in run.events if e.name == "reflexa.decision")
+    assert "return a + b" in decision.attributes["reflexa.lesson"]
     assert "Write add(a, b)" in run.attributes["gen_ai.input.messages"]
+    assert "a - b" in next(s for s in spans if s.name == "reflexa.check").attributes["reflexa.candidate"]
     # The explicit argument wins over the environment.
     tracing, exporter = memory_tracing(content=False)
     refine_run(tracing)
@@ -165,7 +173,7 @@ def test_react_tool_calls_are_execute_tool_spans(shop):
     assert repaired.status.status_code is StatusCode.UNSET and "error.type" not in repaired.attributes
     assert final.attributes["reflexa.final"] is True
     assert failed.end_time >= failed.start_time
-    (decision,) = [s for s in spans if s.name == "reflexa.decision"]
+    (decision,) = [e for s in spans for e in s.events if e.name == "reflexa.decision"]
     assert decision.attributes["reflexa.classifier.decision"] == "rule"
     assert decision.attributes["reflexa.repair.kind"] == "args"
     assert "gen_ai.tool.call.arguments" not in failed.attributes  # content off
@@ -295,7 +303,7 @@ def test_spans_reach_a_real_otlp_http_receiver(monkeypatch, receiver):
                     if span.name == "invoke_agent refine":
                         runs.append(attributes["reflexa.run_id"].string_value)
     assert service == {"reflexa"}
-    assert runs == [result.run_id] and names.count("chat scripted") == 3 and "reflexa.decision" in names
+    assert runs == [result.run_id] and names.count("chat scripted") == 3 and names.count("reflexa.check") == 2
 
 
 def metric_values(registry):

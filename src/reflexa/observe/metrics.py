@@ -1,6 +1,8 @@
 """Prometheus metrics for runs (prometheus-client), from the same events and steps a tracer reads.
 
-    reflexa_step_duration_seconds{loop,kind}          histogram: each stored step, by loop and step kind
+    reflexa_step_duration_seconds{loop,kind}          histogram: steps that take time, by loop and step kind
+                                                      (model_call, attempt, verdict, react, search; not the
+                                                      checkpoints and decisions recorded at one instant)
     reflexa_model_call_duration_seconds{role,model}   histogram: model-call latency
     reflexa_model_tokens_total{role,model,type}       counter: input and output tokens
     reflexa_run_duration_seconds{loop}                histogram: whole runs
@@ -36,8 +38,6 @@ STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 """Seconds: a step can be a microsecond of bookkeeping or minutes of a local model writing code."""
 RUN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
-_UNTIMED = frozenset({"checkpoint", "stop"})
-"""Step kinds with no duration of their own (recorded at one instant)."""
 
 
 class _Instruments:
@@ -104,9 +104,9 @@ class Metrics:
 
     def _step(self, step: Step) -> None:
         run = self._runs.get(step.run_id)
-        if run is None or step.kind in _UNTIMED:
-            return
         seconds = step.ended_at - step.started_at
+        if run is None or seconds <= 0.0:  # a step recorded at one instant (a checkpoint, a decision) has no time
+            return
         key = (run[0], step.kind)
         child = self._step_children.get(key)
         if child is None:

@@ -2,12 +2,15 @@
 
     invoke_agent refine          a run: reflexa.loop, reflexa.stop_reason, reflexa.verdict, token totals
     ├── chat qwen                a model call: gen_ai.request.model, gen_ai.usage.*, reflexa.role
-    ├── reflexa.attempt          a loop step (refine's attempt, trials' trial, research's queries)
-    ├── reflexa.check            the checks: reflexa.verdict, reflexa.gate.decision
-    ├── reflexa.decision         the engine: reflexa.classifier.decision, reflexa.lesson.id
+    ├── reflexa.check            refine's step: the checks of one attempt, reflexa.iteration, reflexa.verdict,
+    │                            reflexa.gate.decision (an attempt's own time is its chat span's)
     ├── execute_tool query       a react tool call: gen_ai.tool.name, error.type when it failed
-    ├── retrieval                a research search
+    ├── retrieval                a research search (reflexa.queries, reflexa.check: research's other steps)
+    ├── reflexa.trial            a trials step
     └── invoke_agent refine      a run started inside this one (trials), under its span
+
+The engine's decisions are events on the run's span (`reflexa.decision`: reflexa.classifier.decision,
+reflexa.engine.decision, reflexa.lesson.id, reflexa.experience.hit), and so are flags.
 
 Spans are made from the stored steps with the steps' own start and end times: nothing is timed for
 tracing in the loop. Prompt and completion content (gen_ai.input.messages, gen_ai.output.messages, tool
@@ -139,6 +142,8 @@ class _OpenRun:
     model: str
     chat_name: str
     chat_kind: SpanKind
+    attempt: tuple[int, bool, str] | None = None
+    """refine's latest attempt, for the span of its checks."""
 
 
 def _ns(seconds: float) -> int:
@@ -289,7 +294,7 @@ class Tracing:
         attributes: dict[str, Any] = {
             OPERATION: "chat", PROVIDER: run.provider, REQUEST_MODEL: run.model,
             INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
-            FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "", "reflexa.step.id": step.step_id,
+            FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "",
         }
         if data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
             attributes["reflexa.reply.invalid"] = True
@@ -299,29 +304,33 @@ class Tracing:
         self._emit(run, run.chat_name, step, attributes, run.chat_kind)
 
     def _attempt(self, run: _OpenRun, step: Step, data: Any) -> None:
-        attributes: dict[str, Any] = {"reflexa.step.id": step.step_id, "reflexa.iteration": data.iteration,
-                                      "reflexa.revising": data.revising}
-        if self.content:
-            attributes["reflexa.candidate"] = data.candidate
-        self._emit(run, "reflexa.attempt", step, attributes)
+        # No span of its own: an attempt's time is its model call's (the chat span). What it adds, the
+        # iteration and the candidate, goes on the span of the checks that judge it.
+        run.attempt = (data.iteration, data.revising, data.candidate)
 
     def _checked(self, run: _OpenRun, step: Step, data: Any) -> None:
         verdict = data.verdict
         failing = verdict.failing
         attributes: dict[str, Any] = {
-            "reflexa.step.id": step.step_id, "reflexa.verdict": str(verdict.status),
+            "reflexa.verdict": str(verdict.status),
             "reflexa.verdict.score": verdict.score, "reflexa.gate.decision": "failing" if failing else "clean",
             "reflexa.check.sources": tuple(s.source for s in verdict.signals),
         }
         if failing:
             attributes["reflexa.signal.codes"] = tuple(str(s.code) for s in failing if s.code)
+        if run.attempt is not None:
+            iteration, revising, candidate = run.attempt
+            attributes["reflexa.iteration"], attributes["reflexa.revising"] = iteration, revising
+            if self.content:
+                attributes["reflexa.candidate"] = candidate
+            run.attempt = None
         if self.content and verdict.feedback:
             attributes["reflexa.feedback"] = verdict.feedback
         self._emit(run, "reflexa.check", step, attributes)
 
     def _audited(self, run: _OpenRun, step: Step, data: Any) -> None:
         signal = data.signal
-        attributes: dict[str, Any] = {"reflexa.step.id": step.step_id, "reflexa.check.sources": (signal.source,),
+        attributes: dict[str, Any] = {"reflexa.check.sources": (signal.source,),
                                       "reflexa.gate.decision": "clean" if signal.ok else "failing"}
         if signal.code:
             attributes["reflexa.signal.codes"] = (str(signal.code),)
@@ -335,12 +344,14 @@ class Tracing:
         else:
             classifier = "reflect"
         signal = data.signal
+        # Few attributes, on purpose: each costs the SDK a validation on the hot path. The source of the
+        # failing signal is on the check's span, and the gate said "failing", or no decision was made.
         attributes: dict[str, Any] = {
-            "reflexa.step.id": step.step_id, "reflexa.gate.decision": "failing",
             "reflexa.classifier.decision": classifier, "reflexa.engine.decision": data.decision,
-            "reflexa.engine.reason": data.reason[:200], "reflexa.signal.source": signal.source,
-            "reflexa.signal.code": str(signal.code) if signal.code else "", "reflexa.experience.hit": data.reused,
+            "reflexa.engine.reason": data.reason[:200], "reflexa.signal.code": str(signal.code) if signal.code else "",
         }
+        if data.reused:
+            attributes["reflexa.experience.hit"] = True
         if data.lesson is not None:
             attributes["reflexa.lesson.id"] = lesson_id(data.lesson)
         if data.repair is not None:
@@ -352,12 +363,14 @@ class Tracing:
             attributes["reflexa.action"] = data.action
             if data.lesson is not None:
                 attributes["reflexa.lesson"] = data.lesson.render()
-        self._emit(run, "reflexa.decision", step, attributes)
+        # An event on the run's span, not a span: a decision is an instant (the reflector's call, when there
+        # is one, has its own span), and an event costs a fraction of a span on the loop's hot path.
+        run.span.add_event("reflexa.decision", attributes, timestamp=_ns(step.ended_at))
 
     def _acted(self, run: _OpenRun, step: Step, data: Any) -> None:
         name, arguments = _tool(data.action)
         attributes: dict[str, Any] = {
-            OPERATION: "execute_tool", TOOL_NAME: name, TOOL_TYPE: "function", "reflexa.step.id": step.step_id,
+            OPERATION: "execute_tool", TOOL_NAME: name, TOOL_TYPE: "function",
             "reflexa.react.step": data.step, "reflexa.tool.ok": data.ok,
         }
         if data.is_final:
@@ -376,7 +389,7 @@ class Tracing:
 
     def _searched(self, run: _OpenRun, step: Step, data: Any) -> None:
         attributes: dict[str, Any] = {
-            OPERATION: "retrieval", "reflexa.step.id": step.step_id, "reflexa.search.status": data.status,
+            OPERATION: "retrieval", "reflexa.search.status": data.status,
             "reflexa.search.cached": data.cached, "reflexa.search.hits": len(data.evidence),
         }
         error = None
@@ -388,14 +401,14 @@ class Tracing:
 
     def _trial(self, run: _OpenRun, step: Step, data: Any) -> None:
         self._emit(run, "reflexa.trial", step, {
-            "reflexa.step.id": step.step_id, "reflexa.trial": data.trial, "reflexa.trial.run_id": data.run_id,
+            "reflexa.trial": data.trial, "reflexa.trial.run_id": data.run_id,
             "reflexa.stop_reason": str(data.stop_reason), "reflexa.lessons": len(data.lessons),
             INPUT_TOKENS: step.usage.input_tokens, OUTPUT_TOKENS: step.usage.output_tokens,
         })
 
     def _queries(self, run: _OpenRun, step: Step, data: Any) -> None:
         self._emit(run, "reflexa.queries", step, {
-            "reflexa.step.id": step.step_id, "reflexa.queries.proposed": len(data.proposed),
+            "reflexa.queries.proposed": len(data.proposed),
             "reflexa.queries.run": len(data.run), "reflexa.queries.rejected": len(data.rejected),
         })
 
