@@ -1,6 +1,7 @@
 """Per-iteration overhead of `refine` with a zero-latency scripted model, and the cost of `import reflexa`.
 
     .venv/bin/python bench/loop_overhead.py [--iterations 2000] [--repeats 5] [--telemetry off|on|both]
+                                            [--clock wall|cpu] [--writer direct|tracer]
 
 Side by side on the same machine: the bare-Python reference loop from FACTS.md (one SQLite commit per
 step under synchronous=FULL), so the figures can be read as ratios. Targets: <= 350 µs per iteration with
@@ -51,6 +52,9 @@ class NeverPasses:
 
 
 _TELEMETRY = None
+WRITER = "direct"
+"""`direct`: spans straight to reflexa's own BatchSpanProcessor, as `REFLEXA_OTEL=1` sets up; `tracer`:
+through an SDK TracerProvider's tracer, as with an application's own provider."""
 
 
 def telemetry():
@@ -67,9 +71,13 @@ def telemetry():
             def export(self, spans):
                 return SpanExportResult.SUCCESS
 
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(Dropped()))
-        _TELEMETRY = observers(Tracing(provider, content=False), Metrics(CollectorRegistry()))
+        if WRITER == "direct":
+            tracing = Tracing(processor=BatchSpanProcessor(Dropped()), content=False)
+        else:
+            provider = TracerProvider()
+            provider.add_span_processor(BatchSpanProcessor(Dropped()))
+            tracing = Tracing(provider, content=False)
+        _TELEMETRY = observers(tracing, Metrics(CollectorRegistry()))
     return _TELEMETRY
 
 
@@ -77,6 +85,11 @@ def telemetry_installed() -> bool:
     import importlib.util
 
     return all(importlib.util.find_spec(m) for m in ("opentelemetry.sdk", "prometheus_client"))
+
+
+CLOCK = time.perf_counter
+"""Wall clock by default; `--clock cpu` reads the process's CPU time (all its threads, the span exporter's
+too), which a busy machine disturbs less than it does wall time."""
 
 
 def time_refine(iterations: int, store_kind: str, explain: bool, observed: bool = False) -> float:
@@ -97,7 +110,7 @@ def time_refine(iterations: int, store_kind: str, explain: bool, observed: bool 
     with tempfile.TemporaryDirectory() as tmp:
         store = {"sqlite": lambda: SQLiteStore(Path(tmp) / "b.db"), "memory": MemoryStore}[store_kind]()
         check = NeverPasses(iterations)
-        started = time.perf_counter()
+        started = CLOCK()
         result = refine(
             "bench task",
             [check],
@@ -106,7 +119,7 @@ def time_refine(iterations: int, store_kind: str, explain: bool, observed: bool 
             session=Session(model=model, store=store, observer=telemetry() if observed else None),
             max_attempts=iterations,
         )
-        elapsed = time.perf_counter() - started
+        elapsed = CLOCK() - started
     assert result.iterations == iterations, result.stop_reason
     return elapsed / iterations * 1e6
 
@@ -148,7 +161,15 @@ def main() -> None:
     parser.add_argument("--telemetry", choices=("off", "on", "both"), default=None,
                         help="without, with, or alternately without and with spans and metrics "
                         "(default: both when the otel and metrics extras are installed, else off)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time refine by the wall clock or by the process's CPU time")
+    parser.add_argument("--writer", choices=("direct", "tracer"), default="direct",
+                        help="spans straight to reflexa's own processor (REFLEXA_OTEL=1), or through a "
+                        "TracerProvider's tracer (an application's own provider)")
     args = parser.parse_args()
+    global CLOCK, WRITER
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    WRITER = args.writer
     mode = args.telemetry or ("both" if telemetry_installed() else "off")
     modes = {"off": (False,), "on": (True,), "both": (False, True)}[mode]
     header = {"off": "off", "on": "otel+metrics"}

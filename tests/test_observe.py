@@ -55,14 +55,20 @@ def _no_switched_telemetry(monkeypatch):
     for name in ("REFLEXA_OTEL", "REFLEXA_METRICS", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED",
                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER", otel.CONTENT_ENV):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(otel, "_ENV_PROVIDER", None)
+    monkeypatch.setattr(otel, "_ENV_WRITER", None)
     disable()
     yield
     disable()
 
 
-def memory_tracing(**kwargs):
+WRITERS = ["tracer", "direct"]
+"""Spans through a TracerProvider's tracer, or straight to a span processor: the same spans either way."""
+
+
+def memory_tracing(writer="tracer", **kwargs):
     exporter = InMemorySpanExporter()
+    if writer == "direct":
+        return Tracing(processor=SimpleSpanProcessor(exporter), **kwargs), exporter
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return Tracing(provider, **kwargs), exporter
@@ -74,8 +80,9 @@ def refine_run(observer, store=None):
                                                                   observer=observer))
 
 
-def test_refine_span_tree_follows_the_genai_conventions():
-    tracing, exporter = memory_tracing()
+@pytest.mark.parametrize("writer", WRITERS)
+def test_refine_span_tree_follows_the_genai_conventions(writer):
+    tracing, exporter = memory_tracing(writer)
     store = MemoryStore()
     result = refine_run(tracing, store)
     assert result.passed
@@ -131,9 +138,10 @@ def test_refine_span_tree_follows_the_genai_conventions():
     assert not any("a + b" in str(v) for a in attribute_sets for v in a.values())
 
 
-def test_content_is_captured_with_the_standard_setting(monkeypatch):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_content_is_captured_with_the_standard_setting(monkeypatch, writer):
     monkeypatch.setenv(otel.CONTENT_ENV, "true")
-    tracing, exporter = memory_tracing()
+    tracing, exporter = memory_tracing(writer)
     refine_run(tracing)
     spans = exporter.get_finished_spans()
     chat = next(s for s in spans if s.name == "chat scripted")
@@ -148,7 +156,7 @@ def test_content_is_captured_with_the_standard_setting(monkeypatch):
     assert "Write add(a, b)" in run.attributes["gen_ai.input.messages"]
     assert "a - b" in next(s for s in spans if s.name == "reflexa.check").attributes["reflexa.candidate"]
     # The explicit argument wins over the environment.
-    tracing, exporter = memory_tracing(content=False)
+    tracing, exporter = memory_tracing(writer, content=False)
     refine_run(tracing)
     assert not any("gen_ai.input.messages" in s.attributes for s in exporter.get_finished_spans())
 
@@ -157,8 +165,9 @@ def act(tool_name, thought, **args):
     return {"action": {"thought": thought, "tool": tool_name, "args": args, "confidence": 0.9}}
 
 
-def test_react_tool_calls_are_execute_tool_spans(shop):
-    tracing, exporter = memory_tracing()
+@pytest.mark.parametrize("writer", WRITERS)
+def test_react_tool_calls_are_execute_tool_spans(shop, writer):
+    tracing, exporter = memory_tracing(writer)
     model = ScriptedModel([act("query", "look it up", sql="SELECT nme FROM customers WHERE id = 1"),
                            act("final_answer", "done", answer="done")])
     result = react("Name of customer 1?", sql_tools(shop), validator=lambda answer: None,
@@ -179,10 +188,11 @@ def test_react_tool_calls_are_execute_tool_spans(shop):
     assert "gen_ai.tool.call.arguments" not in failed.attributes  # content off
 
 
-def test_a_run_inside_a_run_is_a_child_span():
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_run_inside_a_run_is_a_child_span(writer):
     from reflexa.loops import trials
 
-    tracing, exporter = memory_tracing()
+    tracing, exporter = memory_tracing(writer)
     inner = ScriptedModel([REPLY_BAD, REPLY_GOOD])
     outer = ScriptedModel([LESSON])
     result = trials("Write add(a, b)", lambda lessons, budget: refine(
@@ -194,8 +204,22 @@ def test_a_run_inside_a_run_is_a_child_span():
     children = [s for s in spans if s.name == "invoke_agent refine"]
     assert top.name == "invoke_agent trials" and len(children) == 2
     assert all(c.parent.span_id == top.context.span_id for c in children)
+    assert len({s.context.trace_id for s in spans}) == 1 and len({s.context.span_id for s in spans}) == len(spans)
     assert [s.attributes["reflexa.stop_reason"] for s in spans if s.name == "reflexa.trial"] == [
         "MAX_ITERATIONS", "PASSED"]
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_run_joins_the_callers_current_span(writer):
+    app = TracerProvider()
+    app_spans = InMemorySpanExporter()
+    app.add_span_processor(SimpleSpanProcessor(app_spans))
+    tracing, exporter = memory_tracing(writer)
+    with app.get_tracer("app").start_as_current_span("nightly job") as job:
+        refine_run(tracing)
+    (run,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent refine"]
+    assert run.parent.span_id == job.get_span_context().span_id
+    assert run.context.trace_id == job.get_span_context().trace_id
 
 
 def test_a_telemetry_fault_never_breaks_a_run(monkeypatch, caplog):
@@ -235,6 +259,11 @@ def test_off_attaches_nothing_and_the_switches_turn_it_on(monkeypatch):
     fan = attach(mine)
     kinds = [type(o).__name__ for o in fan.observers]
     assert fan.observers[0] is mine and kinds[1:] == ["Tracing", "Metrics"]
+    assert type(fan.observers[1].writer).__name__ == "DirectWriter"  # reflexa's own pipeline
+    disable()
+    monkeypatch.setattr(otel, "_ENV_WRITER", None)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")  # a sampler needs the SDK's tracer
+    assert type(attach(mine).observers[1].writer).__name__ == "TracerWriter"
     disable()
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     monkeypatch.setenv("REFLEXA_METRICS", "0")
@@ -287,7 +316,7 @@ def test_spans_reach_a_real_otlp_http_receiver(monkeypatch, receiver):
     result = refine_run(None)
     tracing = attach(None)
     assert isinstance(tracing, Tracing) and tracing.flush(10_000)
-    tracing.provider.shutdown()
+    tracing.shutdown()
     posts = [r for r in receiver.requests if r[0] == "POST"]
     assert posts and all(path == "/v1/traces" and ctype == "application/x-protobuf" for _, path, ctype, _ in posts)
     names, runs, service = [], [], set()

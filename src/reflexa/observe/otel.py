@@ -23,24 +23,25 @@ older gen_ai.system). They are still marked "development" upstream and may chang
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
-from .. import __version__
 from ..errors import ConfigError
 from ..runtime import RunStarted
 from ..types import Lesson, Result, Step, StopReason
+from ._spans import DirectWriter, RunSpan, TracerWriter
 
 log = logging.getLogger("reflexa.observe")
 
@@ -81,43 +82,48 @@ def lesson_id(lesson: Lesson) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-_ENV_PROVIDER: Any = None
+_ENV_WRITER: TracerWriter | DirectWriter | None = None
 
 
-def provider_from_env() -> Any:
-    """The TracerProvider for `REFLEXA_OTEL=1`: the application's global one when it set one (reflexa's
-    spans then join its traces), else one made once per process from the standard OTEL_* variables,
-    exporting OTLP over HTTP (OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318), or to the
-    console with OTEL_TRACES_EXPORTER=console. Spans still queued at exit are flushed then."""
-    global _ENV_PROVIDER
+def writer_from_env() -> TracerWriter | DirectWriter:
+    """Where `REFLEXA_OTEL=1` sends spans. The application's global TracerProvider when it set one
+    (reflexa's spans then join its traces); else a pipeline made once per process from the standard OTEL_*
+    variables: OTLP over HTTP (OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318), the console
+    (OTEL_TRACES_EXPORTER=console, on stderr) or nowhere (none), batched, flushed at exit. With
+    OTEL_TRACES_SAMPLER set, that pipeline sits behind an SDK TracerProvider so the sampler applies."""
+    global _ENV_WRITER
     current = trace.get_tracer_provider()
     if not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        return current
-    if _ENV_PROVIDER is not None:
-        return _ENV_PROVIDER
+        return TracerWriter(current)
+    if _ENV_WRITER is not None:
+        return _ENV_WRITER
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "reflexa"}))
-    provider = TracerProvider(resource=resource)
     exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
     exporter: SpanExporter | None
     if exporter_name == "none":
         exporter = None
     elif exporter_name == "console":
-        exporter = ConsoleSpanExporter()
+        exporter = ConsoleSpanExporter(out=sys.stderr)  # stdout is the CLI's (and --json's)
     elif exporter_name == "otlp":
         exporter = _otlp_exporter()
     else:
         raise ConfigError(f"OTEL_TRACES_EXPORTER={exporter_name!r} is not one reflexa sets up",
                           hint="use otlp, console or none, or configure a TracerProvider yourself")
-    if exporter is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-    _ENV_PROVIDER = provider
-    return provider
+    processor = BatchSpanProcessor(exporter) if exporter is not None else SpanProcessor()
+    if os.environ.get("OTEL_TRACES_SAMPLER"):
+        provider = TracerProvider(resource=resource)  # reads the sampler from the environment
+        provider.add_span_processor(processor)  # and shuts it down at exit
+        _ENV_WRITER = TracerWriter(provider)
+    else:
+        atexit.register(processor.shutdown)  # exports what is still queued
+        _ENV_WRITER = DirectWriter(processor, resource)
+    return _ENV_WRITER
 
 
 def _otlp_exporter() -> Any:
@@ -136,8 +142,7 @@ def _otlp_exporter() -> Any:
 
 @dataclass(slots=True)
 class _OpenRun:
-    span: Span
-    context: otel_context.Context
+    span: RunSpan
     provider: str
     model: str
     chat_name: str
@@ -182,11 +187,16 @@ class Tracing:
     A run started while another is open in the same thread is its child; the first run in a thread is a
     child of the caller's current span, if any. Telemetry never breaks a run: an error in here is logged."""
 
-    def __init__(self, provider: Any = None, *, content: bool | None = None) -> None:
-        """`provider` is a TracerProvider (default: the global one). `content` None follows
+    def __init__(self, provider: Any = None, *, processor: Any = None, resource: Any = None,
+                 content: bool | None = None) -> None:
+        """Spans go through `provider`'s tracer (a TracerProvider; default: the global one), or with
+        `processor` (an SDK SpanProcessor, e.g. BatchSpanProcessor(OTLPSpanExporter())) straight to it,
+        the cheaper way (see _spans.py), described by `resource`. `content` None follows
         OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT."""
-        self.provider = provider if provider is not None else trace.get_tracer_provider()
-        self.tracer = self.provider.get_tracer("reflexa", __version__)
+        if processor is not None:
+            self.writer: TracerWriter | DirectWriter = DirectWriter(processor, resource)
+        else:
+            self.writer = TracerWriter(provider if provider is not None else trace.get_tracer_provider())
         self.content = capture_content() if content is None else content
         self._runs: dict[str, _OpenRun] = {}
         self._local = threading.local()
@@ -199,13 +209,18 @@ class Tracing:
 
     @classmethod
     def from_env(cls, content: bool | None = None) -> Tracing:
-        """Tracing into `provider_from_env()`."""
-        return cls(provider_from_env(), content=content)
+        """Tracing to where the environment says (`writer_from_env()`)."""
+        tracing = cls(content=content)
+        tracing.writer = writer_from_env()
+        return tracing
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         """Export the spans still queued (a batch job's last act); True when all went out."""
-        force_flush = getattr(self.provider, "force_flush", None)
-        return bool(force_flush(timeout_millis)) if force_flush else True
+        return self.writer.flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        """Flush and close a span processor this Tracing writes to directly (a provider is left alone)."""
+        self.writer.shutdown()
 
     def __call__(self, event: str, data: Any) -> None:
         try:
@@ -228,7 +243,7 @@ class Tracing:
 
     def _start(self, started: RunStarted) -> None:
         stack = self._stack()
-        parent = self._runs[stack[-1]].context if stack and stack[-1] in self._runs else None
+        parent = self._runs[stack[-1]].span if stack and stack[-1] in self._runs else None
         provider, colon, model = started.model.partition(":")
         model = model if colon else provider
         attributes: dict[str, Any] = {
@@ -237,11 +252,9 @@ class Tracing:
         }
         if self.content:
             attributes[INPUT_MESSAGES] = _text_json("user", started.task)
-        span = self.tracer.start_span(f"invoke_agent {started.loop}", context=parent, kind=SpanKind.INTERNAL,
-                                      attributes=attributes, start_time=_ns(started.started_at))
+        span = self.writer.open(f"invoke_agent {started.loop}", parent, attributes, _ns(started.started_at))
         kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
-        self._runs[started.run_id] = _OpenRun(span, trace.set_span_in_context(span, parent), provider, model,
-                                              f"chat {model}", kind)
+        self._runs[started.run_id] = _OpenRun(span, provider, model, f"chat {model}", kind)
         stack.append(started.run_id)
 
     def _finish(self, result: Result) -> None:
@@ -264,12 +277,12 @@ class Tracing:
                 attributes[f"reflexa.engine.{name}"] = counters[name]
         if self.content and result.output is not None:
             attributes[OUTPUT_MESSAGES] = _text_json("assistant", result.output)
+        error = None
         if result.stop_reason is StopReason.ERROR:
             match = _INTERNAL_ERROR.match(result.error or "")
             attributes[ERROR_TYPE] = match.group(1) if match else "_OTHER"
-            run.span.set_status(Status(StatusCode.ERROR, (result.error or "")[:500]))
-        run.span.set_attributes(attributes)
-        run.span.end(time.time_ns())
+            error = (result.error or "")[:500]
+        self.writer.close(run.span, attributes, error, time.time_ns())
 
     # steps
 
@@ -283,11 +296,7 @@ class Tracing:
 
     def _emit(self, run: _OpenRun, name: str, step: Step, attributes: dict[str, Any],
               kind: SpanKind = SpanKind.INTERNAL, error: str | None = None) -> None:
-        span = self.tracer.start_span(name, context=run.context, kind=kind, attributes=attributes,
-                                      start_time=_ns(step.started_at))
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end(_ns(step.ended_at))
+        self.writer.child(run.span, name, kind, attributes, _ns(step.started_at), _ns(step.ended_at), error)
 
     def _model_call(self, run: _OpenRun, step: Step, data: Any) -> None:
         usage = step.usage
@@ -365,7 +374,7 @@ class Tracing:
                 attributes["reflexa.lesson"] = data.lesson.render()
         # An event on the run's span, not a span: a decision is an instant (the reflector's call, when there
         # is one, has its own span), and an event costs a fraction of a span on the loop's hot path.
-        run.span.add_event("reflexa.decision", attributes, timestamp=_ns(step.ended_at))
+        self.writer.event(run.span, "reflexa.decision", attributes, _ns(step.ended_at))
 
     def _acted(self, run: _OpenRun, step: Step, data: Any) -> None:
         name, arguments = _tool(data.action)
@@ -414,8 +423,8 @@ class Tracing:
 
     def _event(self, run: _OpenRun, step: Step, data: Any) -> None:
         # A flag changes nothing: an event on the run's span, not a span of its own.
-        run.span.add_event(f"reflexa.{step.kind}", {"reflexa.step.id": step.step_id, "reflexa.reason": data.why},
-                           timestamp=_ns(step.ended_at))
+        self.writer.event(run.span, f"reflexa.{step.kind}", {"reflexa.step.id": step.step_id,
+                                                             "reflexa.reason": data.why}, _ns(step.ended_at))
 
     def _other(self, run: _OpenRun, step: Step, data: Any) -> None:
         # A step kind added after this module (another loop's): a plain span, so the tree has no hole.
