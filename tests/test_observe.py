@@ -350,10 +350,13 @@ def test_metrics_series_after_a_scripted_run():
     loop = (("loop", "refine"),)
     assert v[("reflexa_runs_total", (("loop", "refine"), ("stop_reason", "PASSED")))] == 1
     assert v[("reflexa_run_duration_seconds_count", loop)] == 1
-    assert v[("reflexa_step_duration_seconds_count", (("kind", "model_call"), ("loop", "refine")))] == 3
+    assert v[("reflexa_step_duration_seconds_count", (("kind", "attempt"), ("loop", "refine")))] == 2
     assert v[("reflexa_step_duration_seconds_count", (("kind", "verdict"), ("loop", "refine")))] == 2
-    assert 0 < v[("reflexa_step_duration_seconds_sum", (("kind", "model_call"), ("loop", "refine")))] < 60
-    generator = (("model", "scripted"), ("role", "generator"))
+    assert 0 < v[("reflexa_step_duration_seconds_sum", (("kind", "verdict"), ("loop", "refine")))] < 60
+    assert not any(k[0].startswith("reflexa_step_duration") and ("kind", "checkpoint") in k[1] for k in v)
+    generator = (("loop", "refine"), ("model", "scripted"), ("role", "generator"))
+    assert v[("reflexa_model_call_duration_seconds_count", (*generator[:2], ("role", "reflector")))] == 1
+    assert 0 < v[("reflexa_model_call_duration_seconds_sum", generator)] < 60
     assert v[("reflexa_model_call_duration_seconds_count", generator)] == 2
     for kind, spent in (("input", result.usage["generator"].input_tokens),
                         ("output", result.usage["generator"].output_tokens)):

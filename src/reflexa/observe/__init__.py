@@ -10,7 +10,9 @@ one more observer beside the session's own (the CLI's live view), reading the sa
     REFLEXA_METRICS=1               Prometheus metrics in prometheus_client's default registry
 
 In code: `enable_tracing(provider)`, `enable_metrics()`, or a `Tracing` / `Metrics` observer in a
-Session's `observer` (several at once with `observers(...)`).
+Session's `observer` (several at once with `observers(...)`). The viewer serves the metrics with
+`prometheus_client.make_asgi_app()` (the default registry); a batch job pushes them with
+`metrics.push(gateway, job)`.
 """
 
 from __future__ import annotations

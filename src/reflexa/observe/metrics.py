@@ -1,10 +1,11 @@
 """Prometheus metrics for runs (prometheus-client), from the same events and steps a tracer reads.
 
     reflexa_step_duration_seconds{loop,kind}          histogram: steps that take time, by loop and step kind
-                                                      (model_call, attempt, verdict, react, search; not the
-                                                      checkpoints and decisions recorded at one instant)
-    reflexa_model_call_duration_seconds{role,model}   histogram: model-call latency
-    reflexa_model_tokens_total{role,model,type}       counter: input and output tokens
+                                                      (attempt, verdict, react, search; not the checkpoints
+                                                      and decisions recorded at one instant, and not model
+                                                      calls, which have their own)
+    reflexa_model_call_duration_seconds{loop,role,model}  histogram: model-call latency
+    reflexa_model_tokens_total{loop,role,model,type}  counter: input and output tokens
     reflexa_run_duration_seconds{loop}                histogram: whole runs
     reflexa_runs_total{loop,stop_reason}              counter: how runs ended
     reflexa_gate_decisions_total{loop,decision}       counter: steps the gate found clean or failing
@@ -47,8 +48,8 @@ class _Instruments:
         self.steps = Histogram("reflexa_step_duration_seconds", "Duration of each stored step.",
                                ["loop", "kind"], buckets=STEP_BUCKETS, registry=registry)
         self.call_seconds = Histogram("reflexa_model_call_duration_seconds", "Model-call latency.",
-                                      ["role", "model"], buckets=STEP_BUCKETS, registry=registry)
-        self.tokens = Counter("reflexa_model_tokens", "Model tokens spent.", ["role", "model", "type"],
+                                      ["loop", "role", "model"], buckets=STEP_BUCKETS, registry=registry)
+        self.tokens = Counter("reflexa_model_tokens", "Model tokens spent.", ["loop", "role", "model", "type"],
                               registry=registry)
         self.run_seconds = Histogram("reflexa_run_duration_seconds", "Duration of whole runs.", ["loop"],
                                      buckets=RUN_BUCKETS, registry=registry)
@@ -81,11 +82,10 @@ class Metrics:
         """`registry` None is prometheus_client's default registry."""
         self.registry = registry if registry is not None else REGISTRY
         self._m = _instruments(self.registry)
-        self._runs: dict[str, tuple[str, float]] = {}  # run id -> (loop, wall-clock start)
-        self._models: dict[str, str] = {}  # run id -> model name
+        self._runs: dict[str, tuple[str, float, str]] = {}  # run id -> (loop, wall-clock start, model)
         # Labelled children, cached: labels() costs several times an observe().
         self._step_children: dict[tuple[str, str], Any] = {}
-        self._call_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._call_children: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
 
     def __call__(self, event: str, data: Any) -> None:
         try:
@@ -99,21 +99,15 @@ class Metrics:
             log.exception("reflexa metrics failed on a %r event", event)
 
     def _start(self, started: RunStarted) -> None:
-        self._runs[started.run_id] = (started.loop, started.started_at)
-        self._models[started.run_id] = started.model
+        self._runs[started.run_id] = (started.loop, started.started_at, started.model)
 
     def _step(self, step: Step) -> None:
         run = self._runs.get(step.run_id)
         seconds = step.ended_at - step.started_at
         if run is None or seconds <= 0.0:  # a step recorded at one instant (a checkpoint, a decision) has no time
             return
-        key = (run[0], step.kind)
-        child = self._step_children.get(key)
-        if child is None:
-            child = self._step_children[key] = self._m.steps.labels(*key)
-        child.observe(seconds)
         if step.kind == "model_call":
-            call = (step.role or "", self._models[step.run_id])
+            call = (run[0], step.role or "", run[2])
             children = self._call_children.get(call)
             if children is None:
                 children = self._call_children[call] = (self._m.call_seconds.labels(*call),
@@ -122,13 +116,18 @@ class Metrics:
             children[0].observe(seconds)
             children[1].inc(step.usage.input_tokens)
             children[2].inc(step.usage.output_tokens)
+            return
+        key = (run[0], step.kind)
+        child = self._step_children.get(key)
+        if child is None:
+            child = self._step_children[key] = self._m.steps.labels(*key)
+        child.observe(seconds)
 
     def _finish(self, result: Result) -> None:
         started = self._runs.pop(result.run_id, None)
-        self._models.pop(result.run_id, None)
         if started is None:
             return
-        loop, since = started
+        loop, since, _ = started
         m = self._m
         m.run_seconds.labels(loop).observe(max(0.0, time.time() - since))
         m.runs.labels(loop, str(result.stop_reason)).inc()
