@@ -370,6 +370,28 @@ def test_metrics_series_after_a_scripted_run():
     assert metric_values(registry)[("reflexa_runs_total", (("loop", "refine"), ("stop_reason", "PASSED")))] == 2
 
 
+def test_histogram_buckets_are_cumulative_and_bounds_inclusive():
+    from reflexa.runtime import RunStarted
+    from reflexa.types import Step
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics("run", RunStarted("r1", "refine", "t", "scripted", 0.0))
+    for seconds in (0.005, 0.007, 400.0):
+        metrics("step", Step("r1", 1, "verdict", started_at=0.0, ended_at=seconds))
+    metrics("step", Step("r1", 2, "checkpoint", started_at=11.0, ended_at=11.0))  # an instant: not a duration
+    v = metric_values(registry)
+    labels = lambda le: (("kind", "verdict"), ("le", le), ("loop", "refine"))
+    assert v[("reflexa_step_duration_seconds_bucket", labels("0.001"))] == 0
+    assert v[("reflexa_step_duration_seconds_bucket", labels("0.005"))] == 1  # a value on a bound is in it
+    assert v[("reflexa_step_duration_seconds_bucket", labels("0.01"))] == 2
+    assert v[("reflexa_step_duration_seconds_bucket", labels("300.0"))] == 2
+    assert v[("reflexa_step_duration_seconds_bucket", labels("+Inf"))] == 3
+    assert v[("reflexa_step_duration_seconds_count", (("kind", "verdict"), ("loop", "refine")))] == 3
+    assert v[("reflexa_step_duration_seconds_sum", (("kind", "verdict"), ("loop", "refine")))] == pytest.approx(400.012)
+    assert not any(("kind", "checkpoint") in k[1] for k in v)
+
+
 def test_interrupted_runs_add_no_engine_counts():
     from reflexa.types import Result
 

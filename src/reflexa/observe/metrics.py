@@ -1,136 +1,166 @@
 """Prometheus metrics for runs (prometheus-client), from the same events and steps a tracer reads.
 
-    reflexa_step_duration_seconds{loop,kind}          histogram: steps that take time, by loop and step kind
-                                                      (attempt, verdict, react, search; not the checkpoints
-                                                      and decisions recorded at one instant, and not model
-                                                      calls, which have their own)
+    reflexa_step_duration_seconds{loop,kind}              histogram: steps that take time (attempt, verdict,
+                                                          react, search; not the checkpoints and decisions
+                                                          recorded at one instant, nor model calls, below)
     reflexa_model_call_duration_seconds{loop,role,model}  histogram: model-call latency
-    reflexa_model_tokens_total{loop,role,model,type}  counter: input and output tokens
-    reflexa_run_duration_seconds{loop}                histogram: whole runs
-    reflexa_runs_total{loop,stop_reason}              counter: how runs ended
-    reflexa_gate_decisions_total{loop,decision}       counter: steps the gate found clean or failing
-    reflexa_classifier_decisions_total{loop,decision} counter: rule, unrecoverable, reflect
-    reflexa_reflections_total{loop}                   counter: reflector calls
-    reflexa_experience_lookups_total{loop,result}     counter: experience-library hits and misses
+    reflexa_model_tokens_total{loop,role,model,type}      counter: input and output tokens
+    reflexa_run_duration_seconds{loop}                    histogram: whole runs
+    reflexa_runs_total{loop,stop_reason}                  counter: how runs ended
+    reflexa_gate_decisions_total{loop,decision}           counter: steps the gate found clean or failing
+    reflexa_classifier_decisions_total{loop,decision}     counter: rule, unrecoverable, reflect
+    reflexa_reflections_total{loop}                       counter: reflector calls
+    reflexa_experience_lookups_total{loop,result}         counter: experience-library hits and misses
 
 Steps count as they land; the engine's counts (gate, classifier, reflections, experience) when a run ends.
 A run interrupted with Ctrl-C adds no engine counts: its resume reports the whole run's, so nothing is
 counted twice (a run interrupted and never resumed leaves its engine counts out).
 
-The metrics live in prometheus_client's default registry unless a Metrics is given another: serve that
+The series live in prometheus_client's default registry unless a Metrics is given another: serve that
 registry (`prometheus_client.make_asgi_app()`), or `push()` it from a batch job that ends before a scrape.
+They are plain numbers under one lock, turned into metric families when the registry is read: a
+prometheus_client Histogram takes a lock per bucket and sum on each observation, three times the cost on
+the loop's hot path.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..errors import ReflexaError
-from ..runtime import RunStarted
 from ..types import Result, Step, StopReason
 
 log = logging.getLogger("reflexa.observe")
 
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-"""Seconds: a step can be a microsecond of bookkeeping or minutes of a local model writing code."""
+"""Seconds: a step can be a millisecond of bookkeeping or minutes of a local model writing code."""
 RUN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
+# name, help, labels, buckets (None: a counter)
+_FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[float, ...] | None], ...] = (
+    ("reflexa_step_duration_seconds", "Duration of each step that takes time.", ("loop", "kind"), STEP_BUCKETS),
+    ("reflexa_model_call_duration_seconds", "Model-call latency.", ("loop", "role", "model"), STEP_BUCKETS),
+    ("reflexa_model_tokens", "Model tokens spent.", ("loop", "role", "model", "type"), None),
+    ("reflexa_run_duration_seconds", "Duration of whole runs.", ("loop",), RUN_BUCKETS),
+    ("reflexa_runs", "Runs by how they ended.", ("loop", "stop_reason"), None),
+    ("reflexa_gate_decisions", "Gate decisions: clean (no reflection) or failing.", ("loop", "decision"), None),
+    ("reflexa_classifier_decisions", "Classifier decisions on failing signals.", ("loop", "decision"), None),
+    ("reflexa_reflections", "Reflector calls.", ("loop",), None),
+    ("reflexa_experience_lookups", "Experience-library lookups.", ("loop", "result"), None),
+)
 
 
-class _Instruments:
-    """The metric families, registered once per registry."""
+class _Series(Collector):
+    """Every reflexa series of one registry, as plain numbers: a histogram is [count per bucket..., sum]."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.steps = Histogram("reflexa_step_duration_seconds", "Duration of each stored step.",
-                               ["loop", "kind"], buckets=STEP_BUCKETS, registry=registry)
-        self.call_seconds = Histogram("reflexa_model_call_duration_seconds", "Model-call latency.",
-                                      ["loop", "role", "model"], buckets=STEP_BUCKETS, registry=registry)
-        self.tokens = Counter("reflexa_model_tokens", "Model tokens spent.", ["loop", "role", "model", "type"],
-                              registry=registry)
-        self.run_seconds = Histogram("reflexa_run_duration_seconds", "Duration of whole runs.", ["loop"],
-                                     buckets=RUN_BUCKETS, registry=registry)
-        self.runs = Counter("reflexa_runs", "Runs by how they ended.", ["loop", "stop_reason"], registry=registry)
-        self.gate = Counter("reflexa_gate_decisions", "Gate decisions: clean (no reflection) or failing.",
-                            ["loop", "decision"], registry=registry)
-        self.classifier = Counter("reflexa_classifier_decisions", "Classifier decisions on failing signals.",
-                                  ["loop", "decision"], registry=registry)
-        self.reflections = Counter("reflexa_reflections", "Reflector calls.", ["loop"], registry=registry)
-        self.experience = Counter("reflexa_experience_lookups", "Experience-library lookups.",
-                                  ["loop", "result"], registry=registry)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, dict[tuple[str, ...], Any]] = {name: {} for name, *_ in _FAMILIES}
+
+    def observe(self, name: str, labels: tuple[str, ...], seconds: float, buckets: tuple[float, ...]) -> None:
+        """Add one observation to a histogram; the caller holds `lock`."""
+        series = self.values[name].get(labels)
+        if series is None:
+            series = self.values[name][labels] = [0] * (len(buckets) + 1) + [0.0]
+        series[bisect.bisect_left(buckets, seconds)] += 1  # the first bucket whose bound is >= seconds
+        series[-1] += seconds
+
+    def add(self, name: str, labels: tuple[str, ...], amount: float) -> None:
+        """Add to a counter; the caller holds `lock`."""
+        values = self.values[name]
+        values[labels] = values.get(labels, 0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            snapshot: dict[str, dict[tuple[str, ...], Any]] = {
+                name: {k: (list(v) if isinstance(v, list) else v) for k, v in values.items()}
+                for name, values in self.values.items()}
+        for name, help_text, label_names, buckets in _FAMILIES:
+            family: Metric
+            if buckets is None:
+                family = CounterMetricFamily(name, help_text, labels=label_names)
+                for labels, value in snapshot[name].items():
+                    family.add_metric(labels, float(value))
+            else:
+                family = HistogramMetricFamily(name, help_text, labels=label_names)
+                bounds = [*(str(float(b)) for b in buckets), "+Inf"]
+                for labels, series in snapshot[name].items():
+                    cumulative, total = [], 0
+                    for bound, count in zip(bounds, series[:-1], strict=True):
+                        total += count
+                        cumulative.append((bound, total))
+                    family.add_metric(labels, cumulative, series[-1])
+            yield family
 
 
-_BY_REGISTRY: dict[int, _Instruments] = {}
-"""One set of instruments per registry (prometheus_client refuses to register a name twice)."""
+_BY_REGISTRY: dict[int, _Series] = {}
+"""One set of series per registry (a registry refuses the same names twice)."""
 
 
-def _instruments(registry: CollectorRegistry) -> _Instruments:
+def _series(registry: CollectorRegistry) -> _Series:
     found = _BY_REGISTRY.get(id(registry))
     if found is None:
-        found = _BY_REGISTRY[id(registry)] = _Instruments(registry)
+        found = _BY_REGISTRY[id(registry)] = _Series()
+        registry.register(found)
     return found
 
 
 class Metrics:
-    """An observer that counts runs into Prometheus metrics (see the module docstring for the series).
+    """An observer that counts runs into Prometheus series (see the module docstring for the list).
     Telemetry never breaks a run: an error in here is logged."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """`registry` None is prometheus_client's default registry."""
         self.registry = registry if registry is not None else REGISTRY
-        self._m = _instruments(self.registry)
+        self._series = _series(self.registry)
         self._runs: dict[str, tuple[str, float, str]] = {}  # run id -> (loop, wall-clock start, model)
-        # Labelled children, cached: labels() costs several times an observe().
-        self._step_children: dict[tuple[str, str], Any] = {}
-        self._call_children: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
 
     def __call__(self, event: str, data: Any) -> None:
         try:
             if event == "step":
                 self._step(data)
             elif event == "run":
-                self._start(data)
+                self._runs[data.run_id] = (data.loop, data.started_at, data.model)
             elif event == "finish":
                 self._finish(data)
         except Exception:  # noqa: BLE001 - a telemetry fault must never end a run
             log.exception("reflexa metrics failed on a %r event", event)
 
-    def _start(self, started: RunStarted) -> None:
-        self._runs[started.run_id] = (started.loop, started.started_at, started.model)
-
     def _step(self, step: Step) -> None:
-        run = self._runs.get(step.run_id)
         seconds = step.ended_at - step.started_at
-        if run is None or seconds <= 0.0:  # a step recorded at one instant (a checkpoint, a decision) has no time
+        if seconds <= 0.0:  # a step recorded at one instant (a checkpoint, a decision) has no time
             return
-        if step.kind == "model_call":
-            call = (run[0], step.role or "", run[2])
-            children = self._call_children.get(call)
-            if children is None:
-                children = self._call_children[call] = (self._m.call_seconds.labels(*call),
-                                                        self._m.tokens.labels(*call, "input"),
-                                                        self._m.tokens.labels(*call, "output"))
-            children[0].observe(seconds)
-            children[1].inc(step.usage.input_tokens)
-            children[2].inc(step.usage.output_tokens)
+        run = self._runs.get(step.run_id)
+        if run is None:
             return
-        key = (run[0], step.kind)
-        child = self._step_children.get(key)
-        if child is None:
-            child = self._step_children[key] = self._m.steps.labels(*key)
-        child.observe(seconds)
+        series = self._series
+        with series.lock:
+            if step.kind == "model_call":
+                call = (run[0], step.role or "", run[2])
+                series.observe("reflexa_model_call_duration_seconds", call, seconds, STEP_BUCKETS)
+                series.add("reflexa_model_tokens", (*call, "input"), step.usage.input_tokens)
+                series.add("reflexa_model_tokens", (*call, "output"), step.usage.output_tokens)
+            else:
+                series.observe("reflexa_step_duration_seconds", (run[0], step.kind), seconds, STEP_BUCKETS)
 
     def _finish(self, result: Result) -> None:
         started = self._runs.pop(result.run_id, None)
         if started is None:
             return
         loop, since, _ = started
-        m = self._m
-        m.run_seconds.labels(loop).observe(max(0.0, time.time() - since))
-        m.runs.labels(loop, str(result.stop_reason)).inc()
+        series = self._series
+        with series.lock:
+            series.observe("reflexa_run_duration_seconds", (loop,), max(0.0, time.time() - since), RUN_BUCKETS)
+            series.add("reflexa_runs", (loop, str(result.stop_reason)), 1)
         if result.stop_reason is StopReason.INTERRUPTED:
             return  # its resume reports the whole run's engine counts
         c = result.counters
@@ -140,14 +170,19 @@ class Metrics:
             return value if isinstance(value, int) else 0
 
         gate_calls, gate_failing = count("gate_calls"), count("gate_signals")
-        m.gate.labels(loop, "clean").inc(max(0, gate_calls - gate_failing))
-        m.gate.labels(loop, "failing").inc(gate_failing)
-        m.classifier.labels(loop, "rule").inc(count("rule_repairs"))
-        m.classifier.labels(loop, "unrecoverable").inc(count("unrecoverable"))
-        m.classifier.labels(loop, "reflect").inc(count("sent_to_reflection"))
-        m.reflections.labels(loop).inc(count("reflector_calls"))
-        m.experience.labels(loop, "hit").inc(count("experience_hits"))
-        m.experience.labels(loop, "miss").inc(count("experience_misses"))
+        counts = (
+            ("reflexa_gate_decisions", (loop, "clean"), max(0, gate_calls - gate_failing)),
+            ("reflexa_gate_decisions", (loop, "failing"), gate_failing),
+            ("reflexa_classifier_decisions", (loop, "rule"), count("rule_repairs")),
+            ("reflexa_classifier_decisions", (loop, "unrecoverable"), count("unrecoverable")),
+            ("reflexa_classifier_decisions", (loop, "reflect"), count("sent_to_reflection")),
+            ("reflexa_reflections", (loop,), count("reflector_calls")),
+            ("reflexa_experience_lookups", (loop, "hit"), count("experience_hits")),
+            ("reflexa_experience_lookups", (loop, "miss"), count("experience_misses")),
+        )
+        with series.lock:
+            for name, labels, amount in counts:
+                series.add(name, labels, amount)
 
 
 def push(gateway: str, job: str, *, registry: CollectorRegistry | None = None,

@@ -147,6 +147,8 @@ class _OpenRun:
     model: str
     chat_name: str
     chat_kind: SpanKind
+    chat_attributes: dict[str, Any]
+    """What every chat span of the run says alike: the operation, the provider, the model."""
     attempt: tuple[int, bool, str] | None = None
     """refine's latest attempt, for the span of its checks."""
 
@@ -179,6 +181,8 @@ def _tool(action: str) -> tuple[str, str]:
 
 
 _INTERNAL_ERROR = re.compile(r"internal error: (\w+):")
+_OTHER: Any = object()
+"""The handler of a step kind this module does not know: a plain span (`Tracing._other`)."""
 
 
 class Tracing:
@@ -254,7 +258,8 @@ class Tracing:
             attributes[INPUT_MESSAGES] = _text_json("user", started.task)
         span = self.writer.open(f"invoke_agent {started.loop}", parent, attributes, _ns(started.started_at))
         kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
-        self._runs[started.run_id] = _OpenRun(span, provider, model, f"chat {model}", kind)
+        self._runs[started.run_id] = _OpenRun(span, provider, model, f"chat {model}", kind,
+                                              {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model})
         stack.append(started.run_id)
 
     def _finish(self, result: Result) -> None:
@@ -287,22 +292,23 @@ class Tracing:
     # steps
 
     def _step(self, step: Step) -> None:
+        handler = self._handlers.get(step.kind, _OTHER)
+        if handler is None:
+            return
         run = self._runs.get(step.run_id)
         if run is None:  # a run this observer did not see start
             return
-        handler = self._handlers.get(step.kind, self._other)
-        if handler is not None:
-            handler(run, step, step.payload())
+        (self._other if handler is _OTHER else handler)(run, step, step.payload())
 
     def _emit(self, run: _OpenRun, name: str, step: Step, attributes: dict[str, Any],
               kind: SpanKind = SpanKind.INTERNAL, error: str | None = None) -> None:
-        self.writer.child(run.span, name, kind, attributes, _ns(step.started_at), _ns(step.ended_at), error)
+        self.writer.child(run.span, name, kind, attributes, int(step.started_at * 1e9), int(step.ended_at * 1e9),
+                          error)
 
     def _model_call(self, run: _OpenRun, step: Step, data: Any) -> None:
         usage = step.usage
         attributes: dict[str, Any] = {
-            OPERATION: "chat", PROVIDER: run.provider, REQUEST_MODEL: run.model,
-            INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
+            **run.chat_attributes, INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
             FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "",
         }
         if data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
@@ -319,14 +325,14 @@ class Tracing:
 
     def _checked(self, run: _OpenRun, step: Step, data: Any) -> None:
         verdict = data.verdict
-        failing = verdict.failing
+        failing = [s for s in verdict.signals if not s.ok]
         attributes: dict[str, Any] = {
-            "reflexa.verdict": str(verdict.status),
-            "reflexa.verdict.score": verdict.score, "reflexa.gate.decision": "failing" if failing else "clean",
-            "reflexa.check.sources": tuple(s.source for s in verdict.signals),
+            "reflexa.verdict": str(verdict.status), "reflexa.verdict.score": verdict.score,
+            "reflexa.gate.decision": "failing" if failing else "clean",
+            "reflexa.check.sources": tuple([s.source for s in verdict.signals]),
         }
         if failing:
-            attributes["reflexa.signal.codes"] = tuple(str(s.code) for s in failing if s.code)
+            attributes["reflexa.signal.codes"] = tuple([str(s.code) for s in failing if s.code])
         if run.attempt is not None:
             iteration, revising, candidate = run.attempt
             attributes["reflexa.iteration"], attributes["reflexa.revising"] = iteration, revising
