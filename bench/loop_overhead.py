@@ -1,7 +1,7 @@
 """Per-iteration overhead of `refine` with a zero-latency scripted model, and the cost of `import reflexa`.
 
     .venv/bin/python bench/loop_overhead.py [--iterations 2000] [--repeats 5] [--telemetry off|on|both]
-                                            [--clock wall|cpu] [--writer direct|tracer] [--normalise]
+                                            [--clock wall|cpu] [--writer direct|tracer]
 
 Side by side on the same machine: the bare-Python reference loop from FACTS.md (one SQLite commit per
 step under synchronous=FULL), so the figures can be read as ratios. Targets: <= 350 µs per iteration with
@@ -11,8 +11,8 @@ With `--telemetry both` (the default when the `otel` and `metrics` extras are in
 runs with OpenTelemetry spans (BatchSpanProcessor into an exporter that drops them: the in-process cost,
 not a network's) and Prometheus metrics on, alternating with the plain run, and prints the difference
 and the time spent inside the telemetry observers (measured in the loop: the steadier figure on a busy
-machine). Target: at most 50 µs more per iteration. The last line says how fast the machine ran Python;
-on a machine whose speed swings with other work, `--normalise` scales each run to the fastest moment.
+machine). Target: at most 50 µs more per iteration. The last line says how fast the machine ran Python
+(a busy machine slows the loop more than it slows that probe: it shows load, it does not correct for it).
 """
 
 from __future__ import annotations
@@ -72,14 +72,6 @@ class Timed:
         started = time.perf_counter()
         self.inner(event, data)
         self.seconds += time.perf_counter() - started
-
-
-def probe_ms() -> float:
-    """CPU ms for 200,000 integer additions: a short probe of how fast the machine runs Python just now."""
-    started, x = time.process_time(), 0
-    for i in range(200_000):
-        x += i
-    return (time.process_time() - started) * 1000
 
 
 def python_speed_ms() -> float:
@@ -205,10 +197,6 @@ def main() -> None:
                         "(default: both when the otel and metrics extras are installed, else off)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="time refine by the wall clock or by the process's CPU time")
-    parser.add_argument("--normalise", action="store_true",
-                        help="bracket each timed run with a short Python-speed probe and scale its time to "
-                        "the fastest probe seen: on a machine whose speed swings with other work, the "
-                        "figures it would give at its fastest")
     parser.add_argument("--writer", choices=("direct", "tracer"), default="direct",
                         help="spans straight to reflexa's own processor (REFLEXA_OTEL=1), or through a "
                         "TracerProvider's tracer (an application's own provider)")
@@ -226,23 +214,17 @@ def main() -> None:
         time_refine(20, "memory", True, observed=m)
     for store in ("sqlite", "memory"):
         for explain in (False, True):
-            runs: dict[bool, list[tuple[float, float]]] = {m: [] for m in modes}
-            inside: list[tuple[float, float]] = []
+            runs: dict[bool, list[float]] = {m: [] for m in modes}
+            INSIDE.clear()
             for _ in range(args.repeats):
                 for m in modes:  # alternated, so a busy spell on the machine hits both alike
-                    before = probe_ms() if args.normalise else 1.0
-                    micros = time_refine(args.iterations, store, explain, observed=m)
-                    speed = (before + probe_ms()) / 2 if args.normalise else 1.0
-                    runs[m].append((micros, speed))
-                    if m:
-                        inside.append((INSIDE[-1], speed))
-            fastest = min(speed for m in modes for _, speed in runs[m])
-            medians = [statistics.median(x * fastest / speed for x, speed in runs[m]) for m in modes]
+                    runs[m].append(time_refine(args.iterations, store, explain, observed=m))
+            medians = [statistics.median(runs[m]) for m in modes]
             line = f"{f'refine, {store} store, explain={explain}':40s}" + "".join(f"{x:20.0f}" for x in medians)
             if len(medians) == 2:
                 line += f"{medians[1] - medians[0]:+20.0f}"
-            if inside:
-                line += f"{statistics.median(x * fastest / speed for x, speed in inside):18.1f}"
+            if INSIDE:
+                line += f"{statistics.median(INSIDE):18.1f}"
             print(line)
     reference = statistics.median(time_reference(args.iterations, 1) for _ in range(min(args.repeats, 5)))
     print(f"{'reference (FACTS.md): bare loop, one FULL-synced commit per step':66s} {reference:14.0f} µs/it")
