@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
 from rich.markup import escape
-from rich.status import Status as Spinner
+from rich.spinner import Spinner as RichSpinner
 from rich.table import Table
+from rich.text import Text
 
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
@@ -148,32 +153,147 @@ RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
 """One renderer per step kind; a test checks every registered kind has one."""
 
 
-class LiveView(View):
-    """An observer for a running loop: a status line while the model, a check or a tool works, then each
-    step as it lands."""
+LIVE_REFRESH = 4
+"""Redraws of the live line per second, on a timer: elapsed time moves even while nothing arrives."""
+TAIL_CHARS = 160
+"""Characters of a streaming reply kept for the live line (its last line is shown, cut to the width)."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+
+@dataclass(slots=True)
+class Activity:
+    """What runs now, for the live line: a model call (streamed tokens counted) or a check or tool."""
+
+    label: str
+    started: float
+    model: bool = False
+    tokens: int = 0
+    tail: str = ""
+
+
+class LiveView(View):
+    """An observer for a running loop: each step as it lands and, below them, one live line redrawn
+    LIVE_REFRESH times a second: what runs (a model call, a check, a tool), for how long, and for a model
+    call the tokens so far, tokens per second and the tail of the streamed text. With `steps=False`
+    only the live line is shown (for --json and --jsonl, on stderr). Thread-safe: events may come from
+    a worker thread while the timer redraws."""
+
+    def __init__(self, console: Console, *, verbose: bool = False, steps: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(console, verbose=verbose)
-        self.spinner: Spinner | None = None
+        self.show_steps = steps
+        self.clock = clock
+        self.started = clock()
+        self.run_id: str | None = None
+        self.activity: Activity | None = None
+        self.calls = 0
+        self._lock = threading.RLock()
+        self._live: Live | None = None
+        self._spinner = RichSpinner("dots", style="cyan")
 
     def __call__(self, event: str, data: Any) -> None:
-        if event == "call":
-            self._status(f"{data} is working…")
-        elif event == "status":
-            self._status(str(data))
+        with self._lock:
+            if event == "run":
+                self.run_id = str(data)
+            elif event == "call":
+                self.calls += 1
+                self.activity = Activity(str(data), self.clock(), model=True)
+            elif event == "token" and self.activity is not None and self.activity.model:
+                self.activity.tokens += 1
+                self.activity.tail = (self.activity.tail + str(data))[-TAIL_CHARS:]
+            elif event == "status":
+                self.activity = Activity(str(data), self.clock())
+            elif event == "step":
+                self.activity = None
+                if self.show_steps:
+                    self.step(data)
+            else:
+                return  # an event this view does not know
+            self._start()
+
+    def _start(self) -> None:
+        if self._live is None and self.console.is_terminal:
+            self._live = Live(self, console=self.console, refresh_per_second=LIVE_REFRESH, transient=True,
+                              redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+
+    def close(self) -> None:
+        """Take the live line down (the steps printed above it stay)."""
+        with self._lock:
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+
+    def line(self) -> Text:
+        """The live line as it reads now."""
+        with self._lock:
+            now = self.clock()
+            text = Text(no_wrap=True, overflow="ellipsis")
+            a = self.activity
+            if a is None:
+                text.append("working", style="bold")
+            else:
+                text.append(a.label + (" is writing" if a.model else ""), style="bold cyan" if a.model else "bold")
+                took = max(now - a.started, 1e-9)
+                text.append(f"  {took:.1f}s", style="yellow")
+                if a.model:
+                    text.append(f"  {a.tokens} tok")
+                    if a.tokens:
+                        text.append(f"  {a.tokens / took:.1f} tok/s")
+                    elif took >= 1:
+                        text.append("  reading the prompt", style="dim")
+            text.append(f"  · run {_clock(now - self.started)}", style="dim")
+            if self.run_id:
+                text.append(f" {self.run_id[:12]}", style="dim")
+            if a is not None and a.model and a.tail.strip():
+                last = a.tail.rstrip().splitlines()[-1] if a.tail.rstrip() else ""
+                text.append("  │ ", style="dim")
+                text.append(last.strip()[-80:], style="italic")
+            return text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # Called by the Live's timer: the elapsed time and the spinner move even while nothing arrives.
+        frame = self._spinner.render(time.monotonic())
+        line = Text.assemble(frame if isinstance(frame, Text) else Text(str(frame)), " ", self.line())
+        line.truncate(max(options.max_width - 1, 10), overflow="ellipsis")
+        yield line
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class JsonLines:
+    """An observer for scripts (--jsonl): one JSON object a line on stdout, flushed at once: the run's
+    id when it opens, then each step as stored ({"event": "step", ...Step.to_dict()})."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, data: Any) -> None:
+        if event == "run":
+            self.emit({"event": "run", "run_id": data})
         elif event == "step":
-            self.stop_spinner()
-            self.step(data)
+            self.emit({"event": "step", **data.to_dict()})
 
-    def _status(self, text: str) -> None:
-        self.stop_spinner()
-        self.spinner = self.console.status(escape(text))
-        self.spinner.start()
+    def emit(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.out.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+            self.out.flush()
 
-    def stop_spinner(self) -> None:
-        if self.spinner is not None:
-            self.spinner.stop()
-            self.spinner = None
+
+def fan_out(*observers: Callable[[str, Any], None] | None) -> Callable[[str, Any], None] | None:
+    """One observer that calls each of `observers` (None ones left out); None when there are none."""
+    present = [o for o in observers if o is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def observe(event: str, data: Any) -> None:
+        for observer in present:
+            observer(event, data)
+
+    return observe
 
 
 def counters_line(counters: dict[str, Any]) -> str:
@@ -190,4 +310,12 @@ def print_summary(console: Console, result: Result) -> None:
     if result.stop_reason is StopReason.ANSWERED_UNVERIFIED:
         console.print("[bold yellow]answered, unverified:[/bold yellow] nothing checked this answer")
     console.print(f"run {result.run_id[:12]}: {result.iterations} iteration(s), {result.steps} steps stored. "
-                  f"Details: reflexa show {result.run_id[:12]}")
+                  f"Details: reflexa show {result.run_id[:12]}", soft_wrap=True)
+
+
+def summary_line(result: Result) -> str:
+    """The whole result in one line (for -q)."""
+    total = result.total_usage
+    return (f"{result.stop_reason}: run {result.run_id[:12]}, {result.iterations} iteration(s), "
+            f"{total.input_tokens + total.output_tokens} tokens in {total.calls} call(s). "
+            f"Details: reflexa show {result.run_id[:12]}")

@@ -151,6 +151,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         chosen = _next_action(ep, s, tools, schema)
         if chosen is None:
             return Stop(run.budget_stop or StopReason.ERROR)
+        if isinstance(chosen.action, ToolCall):
+            run.status(f"tool {chosen.action.tool} running")  # a live view shows it until the step lands
         action, observation = _carry_out(chosen.action, tools, s.step, validator)
         signals = [] if isinstance(chosen.action, PageAction) else step_signals(
             source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
