@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
 from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
-from .live import Output
+from .output import Output
 
 if TYPE_CHECKING:
     from ..types import Budget, Result
@@ -88,10 +88,16 @@ def session_for(model: str | None, trace: Path | None, out: Output, *, experienc
     from ..reflect import ExperienceLibrary
     from .live import chain, observer_for
 
-    store = open_store(trace)
     tracker = observer_for(out, console, errors)
-    session = Session(model=resolve(model), store=store, observer=chain(tracker),
-                      experience=ExperienceLibrary(store) if experience else None)
+    observer = chain(tracker)
+    observer("status", "starting")  # the live line shows up now, not after the model has loaded
+    try:
+        store = open_store(trace)
+        session = Session(model=resolve(model), store=store, observer=observer,
+                          experience=ExperienceLibrary(store) if experience else None)
+    except BaseException:
+        _stop_view(tracker)  # a bad model spec or store: the error must not print under a live line
+        raise
     return session, tracker
 
 
@@ -338,8 +344,8 @@ def _resume_research(record, model, budget, *, out: Output, trace: Path | None):
     from ..search import SearchCache
 
     cli = record.meta["cli"]
-    session, tracker = session_for(model or record.meta.get("model"), trace, out)
     backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
+    session, tracker = session_for(model or record.meta.get("model"), trace, out)
     result = run_cli(session, tracker, lambda: run_research(record.task, backend, session=session, budget=budget,
                                                             max_rounds=record.meta.get("bound", 2),
                                                             cache=SearchCache(session.store), meta={"cli": cli},

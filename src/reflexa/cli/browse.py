@@ -108,7 +108,9 @@ def run_data(record: RunRecord, status: str) -> dict[str, Any]:
     }
 
 
-STATUS_STYLE = {"PASSED": "green", "ANSWERED_UNVERIFIED": "yellow", "INTERRUPTED": "yellow", "running": "cyan",
+SHORT_LABELS = {"ANSWERED_UNVERIFIED": "UNVERIFIED"}
+"""Stop reasons shortened in the table, so it fits 80 columns (--json and `show` keep the full name)."""
+STATUS_STYLE = {"PASSED": "green", "UNVERIFIED": "yellow", "INTERRUPTED": "yellow", "running": "cyan",
                 "stale": "magenta", "ERROR": "red"}
 
 
@@ -119,6 +121,7 @@ def runs_table(rows: list[tuple[RunRecord, str]], width: int) -> Table:
     cells = []
     for record, status in rows:
         label = record.stop_reason if status in ("finished", "interrupted") and record.stop_reason else status
+        label = SHORT_LABELS.get(label, label)
         tokens = _tokens(record)
         cells.append((record.run_id[:12], record.loop, label,
                       datetime.fromtimestamp(record.started_at).strftime("%m-%d %H:%M"),

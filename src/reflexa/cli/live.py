@@ -25,6 +25,7 @@ from ..errors import RunInterrupted
 from ..runtime import Stop
 from ..trace.store import Store
 from ..types import Result, Step, StopReason, Usage
+from .output import Output
 from .render import JsonLines, LiveView, fan_out
 
 T = TypeVar("T")
@@ -34,19 +35,6 @@ INTERRUPT_GRACE = 0.8
 the whole stop under a second, as a user expects of Ctrl-C."""
 WAIT_SLICE = 0.1
 """How long the main thread blocks at a time while it waits for the worker."""
-
-
-@dataclass(slots=True)
-class Output:
-    """How a command shows a run: `json` one document at the end; `jsonl` one line per stored step, then
-    the result; `quiet` no live line and no steps (the summary still prints); `verbose` every model call.
-    The live line goes to stderr under --json and --jsonl (when stderr is a terminal), so stdout stays
-    data."""
-
-    json: bool = False
-    jsonl: bool = False
-    quiet: bool = False
-    verbose: bool = False
 
 
 @dataclass(slots=True)

@@ -186,11 +186,17 @@ class LiveView(View):
         self.run_id: str | None = None
         self.activity: Activity | None = None
         self.calls = 0
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        """Guards the state `line()` reads; never held while printing (see __call__)."""
+        self._live_lock = threading.Lock()
         self._live: Live | None = None
+        self._closed = False
         self._spinner = RichSpinner("dots", style="cyan")
 
     def __call__(self, event: str, data: Any) -> None:
+        # State changes under the view's lock; printing outside it. The Live's timer thread holds the
+        # Live's lock while it asks for `line()` (the view's lock), and printing takes the Live's lock:
+        # holding both here, in the other order, would deadlock.
         with self._lock:
             if event == "run":
                 self.run_id = str(data)
@@ -204,21 +210,23 @@ class LiveView(View):
                 self.activity = Activity(str(data), self.clock())
             elif event == "step":
                 self.activity = None
-                if self.show_steps:
-                    self.step(data)
-            else:
+            elif event != "token":
                 return  # an event this view does not know
-            self._start()
+        if event == "step" and self.show_steps:
+            self.step(data)
+        self._start()
 
     def _start(self) -> None:
-        if self._live is None and self.console.is_terminal:
-            self._live = Live(self, console=self.console, refresh_per_second=LIVE_REFRESH, transient=True,
-                              redirect_stdout=False, redirect_stderr=False)
-            self._live.start()
+        with self._live_lock:
+            if self._live is None and not self._closed and self.console.is_terminal:
+                self._live = Live(self, console=self.console, refresh_per_second=LIVE_REFRESH, transient=True,
+                                  redirect_stdout=False, redirect_stderr=False)
+                self._live.start()
 
     def close(self) -> None:
-        """Take the live line down (the steps printed above it stay)."""
-        with self._lock:
+        """Take the live line down for good (the steps printed above it stay)."""
+        with self._live_lock:
+            self._closed = True
             if self._live is not None:
                 self._live.stop()
                 self._live = None
