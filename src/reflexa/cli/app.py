@@ -108,15 +108,21 @@ def run_cli(session, tracker, run, out: Output):  # noqa: ANN001, ANN201
 
     def interrupted(run_id: str | None, left_behind: bool) -> NoReturn:
         _stop_view(tracker)
+        record = session.store.get_run(run_id) if run_id is not None else None
         if run_id is None:
             errors.print("interrupted before a run started; nothing was stored")
+        elif record is not None and record.loop == "trials" and tracker.seen[-1] != run_id:
+            # `reflexa resume` takes refine, react and research runs: name the trial that was under way.
+            trial = tracker.seen[-1]
+            errors.print(f"interrupted: trials run {run_id[:12]} and its current trial, run {trial[:12]}, are stored "
+                         f"as interrupted. Continue the trial with:\n  reflexa resume {trial[:12]}",
+                         highlight=False, soft_wrap=True)
         else:
             errors.print(f"interrupted: run {run_id[:12]} is stored as interrupted. Continue it with:\n"
-                         f"  reflexa resume {run_id[:12]}", highlight=False)
-            record = session.store.get_run(run_id)
-            if record is not None and record.result is not None and (out.json or out.jsonl):
-                data = {"event": "result", **record.result} if out.jsonl else record.result
-                print(json.dumps(data, default=str, indent=None if out.jsonl else 2), flush=True)
+                         f"  reflexa resume {run_id[:12]}", highlight=False, soft_wrap=True)
+        if record is not None and record.result is not None and (out.json or out.jsonl):
+            data = {"event": "result", **record.result} if out.jsonl else record.result  # still one document
+            print(json.dumps(data, default=str, indent=None if out.jsonl else 2), flush=True)
         if left_behind:
             hard_exit(130)
         raise typer.Exit(130)

@@ -42,12 +42,15 @@ class RunTracker:
     """Which runs this process has open (innermost last): what Ctrl-C must close and name."""
 
     open: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+    """Every run opened, in order (a trials run, then each trial's own run)."""
     view: LiveView | None = None
     jsonl: JsonLines | None = None
 
     def __call__(self, event: str, data: Any) -> None:
         if event == "run" and data not in self.open:
             self.open.append(str(data))
+            self.seen.append(str(data))
         elif event == "step" and getattr(data, "kind", None) == "stop" and data.run_id in self.open:
             self.open.remove(data.run_id)
 
