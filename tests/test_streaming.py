@@ -106,12 +106,12 @@ def _chunk(content=None, finish=None, usage=None, tool_args=None):
             "usage": usage}
 
 
-def _openai(handler):
+def _openai(handler, profile="openai"):
     import openai
 
     from reflexa.models.openai_compat import OpenAIModel
 
-    model = OpenAIModel("m", base_url="http://127.0.0.1:9/v1", profile="openai")
+    model = OpenAIModel("m", base_url="http://127.0.0.1:9/v1", profile=profile)
     model.client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="x", max_retries=0,
                                  http_client=httpx.Client(transport=httpx.MockTransport(handler)))
     return model
@@ -144,7 +144,8 @@ def test_openai_stream_of_a_forced_tool_call_reads_its_arguments_and_estimates_m
     assert completion.usage.output_tokens == 2 and completion.usage.input_tokens == 3  # no usage sent: estimated
 
 
-def test_openai_without_a_listener_sends_one_plain_request():
+@pytest.mark.parametrize("listen,profile", [(False, "openai"), (True, "llamacpp")])
+def test_openai_without_a_listener_or_usage_in_streams_sends_one_plain_request(listen, profile):
     sent = []
 
     def handler(request):
@@ -154,5 +155,7 @@ def test_openai_without_a_listener_sends_one_plain_request():
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}})
 
-    completion = _openai(handler).complete(HELLO)
-    assert completion.text == "Hello" and "stream" not in sent[0]
+    pieces = []
+    completion = _openai(handler, profile).complete(HELLO, on_token=pieces.append if listen else None)
+    assert completion.text == "Hello" and "stream" not in sent[0] and pieces == []
+    assert completion.usage.input_tokens == 7  # the server's count, as without a listener

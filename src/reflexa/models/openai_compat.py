@@ -29,14 +29,18 @@ class Profile:
     """json_schema: response_format json_schema; json_object: json_object with a `schema` field (llama.cpp);
     tool: a forced function call; prompt: ask in the prompt, then validate."""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    """The server reports usage at the end of a stream (`stream_options.include_usage`), so a streamed
+    call counts the same tokens as a plain one; only then does a live view get the reply streamed."""
 
 
 PROFILES: dict[str, Profile] = {
-    "openai": Profile("json_schema"),
-    "vllm": Profile("json_schema"),
-    "ollama": Profile("json_schema"),
+    "openai": Profile("json_schema", stream=True),
+    "vllm": Profile("json_schema", stream=True),
+    "ollama": Profile("json_schema", stream=True),
     # llama.cpp's server rejects json_schema with HTTP 500 but honours json_object with a schema; its
-    # default repeat_penalty (1.1) differs from in-process llama.cpp (1.0), so pin it for parity.
+    # default repeat_penalty (1.1) differs from in-process llama.cpp (1.0), so pin it for parity. Its
+    # streams carry no usage (llama-cpp-python 0.3.36), so it is not streamed.
     "llamacpp": Profile("json_object", {"repeat_penalty": 1.0}),
     "tool": Profile("tool"),
     "prompt": Profile("prompt"),
@@ -65,8 +69,9 @@ def parse_target(target: str) -> tuple[str | None, str, str | None]:
 
 
 class OpenAIModel(Model):
-    """A model behind the OpenAI chat-completions API. With an `on_token` listener the reply is streamed
-    (`stream=True`, usage asked for in the last chunk); without one it is one plain request."""
+    """A model behind the OpenAI chat-completions API. With an `on_token` listener, and a server whose
+    profile reports usage in streams, the reply is streamed (`stream=True`, usage asked for in the last
+    chunk); otherwise it is one plain request."""
 
     streams = True
 
@@ -154,7 +159,7 @@ class OpenAIModel(Model):
                 messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
         # reflexa's messages are plain role/content dicts, which the SDK's TypedDict union accepts at run time.
         sent = cast("list[ChatCompletionMessageParam]", messages)
-        if on_token is not None:
+        if on_token is not None and profile.stream:
             return self._request(lambda: _streamed(self.client.chat.completions.create(
                 messages=sent, stream=True, stream_options={"include_usage": True}, **kwargs), messages, on_token))
         out = self._request(lambda: self.client.chat.completions.create(messages=sent, **kwargs))
