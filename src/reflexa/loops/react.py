@@ -100,6 +100,10 @@ class ReactState(Serial):
     blocks: Blocks = field(default_factory=Blocks)
     queued: Chosen | None = None
     """A rule repair or a forced action, taken next instead of asking the model."""
+    answer_now: bool = False
+    """The next step may only give the final answer (the rule repair for a repeated read-only call)."""
+    answer_asked: list[str] = field(default_factory=list)
+    """Repeated calls after which the answer was asked for: the same repeat again goes to reflection."""
     answer: str | None = None
     validated: bool = False
 
@@ -192,7 +196,9 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
     if s.queued is not None:
         queued, s.queued = s.queued, None
         return queued
-    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace), schema=schema, max_tokens=256)
+    answer_now, s.answer_now = s.answer_now, False
+    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, answer_now=answer_now),
+                        schema=prompts.answer_schema() if answer_now else schema, max_tokens=256)
     if reply is None:
         return None
     if reply.value is not None:
@@ -236,7 +242,8 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
     tool = tools.registry.tools.get(observation.tool)
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
-                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated)
+                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated,
+                 answer_asked=action in s.answer_asked)
 
 
 def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) -> None:
@@ -250,6 +257,9 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
             s.queued = Chosen(failed, "(rule: retry after timeout)")
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
             s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
+    if repair is not None and repair.kind == "answer" and isinstance(failed, ToolCall):
+        s.answer_now = True
+        s.answer_asked.append(prompts.describe_action(failed.tool, failed.args))
     if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
         page = failed.page + 1 if isinstance(failed, PageAction) else 1
         s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")
