@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,11 +140,14 @@ class LiveRun:
         self.store.close()
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll `predicate` until it holds or `timeout` passes (a deadline, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
+OUTPUT = Path(__file__).parent / "output"
+"""Where the browser tests save their screenshots (git ignores it)."""
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a full-page screenshot under tests/ui/output/ and print its path."""
+    OUTPUT.mkdir(exist_ok=True)
+    path = OUTPUT / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
