@@ -70,19 +70,22 @@ def page(browser):
 
 
 @pytest.fixture()
-def serve():
+def serve(tmp_path):
     """Start `reflexa ui --port 0` on a store; returns its base URL. Stopped at the end of the test."""
     started: list[subprocess.Popen[str]] = []
+    log = tmp_path / "ui-stderr.log"  # a file, not a pipe nobody drains
 
     def start(path: Path) -> str:
-        process = subprocess.Popen([sys.executable, "-m", "reflexa.cli", "ui", "--trace", str(path), "--port", "0"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with log.open("w") as stderr:
+            process = subprocess.Popen([sys.executable, "-m", "reflexa.cli", "ui", "--trace", str(path), "--port", "0"],
+                                       stdout=subprocess.PIPE, stderr=stderr, text=True)
         started.append(process)
         line = process.stdout.readline()  # the server prints its URL once it listens
         match = re.search(r"http://127\.0\.0\.1:\d+/", line)
         if match is None:
             process.kill()
-            raise AssertionError(f"reflexa ui did not start: {line!r} {process.stderr.read()!r}")
+            process.wait()
+            raise AssertionError(f"reflexa ui did not start: {line!r} {log.read_text()!r}")
         return match.group(0)
 
     yield start

@@ -298,3 +298,14 @@ def test_cli_ui_errors_are_one_clear_line(tmp_path):
         port = taken.getsockname()[1]
         result = CliRunner().invoke(app, ["ui", "--trace", str(tmp_path / "trace.db"), "--port", str(port)])
     assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output
+
+
+def test_the_page_benchmark_script_runs():
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent.parent
+    out = subprocess.run([sys.executable, "bench/ui_pages.py", "--runs", "3", "--steps", "6", "--repeats", "1"],
+                         cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "run page, 6 steps" in out.stdout and "runs list sorted by tokens" in out.stdout
