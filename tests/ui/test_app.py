@@ -309,3 +309,28 @@ def test_the_page_benchmark_script_runs():
                          cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "run page, 6 steps" in out.stdout and "runs list sorted by tokens" in out.stdout
+
+
+def test_trials_and_unknown_step_kinds_render(tmp_path):
+    from reflexa.loops import trials
+    from reflexa.types import Step, Usage
+
+    store = SQLiteStore(tmp_path / "trace.db")
+    model = ScriptedModel([answer("def add(a, b): return 0"),
+                           {"failure_step": "trial 1", "observed_mismatch": "wrong sum", "root_cause": "sign",
+                            "correction": "add, do not subtract"},
+                           answer(GOOD)])
+    session = Session(model=model, store=store)
+    result = trials("Write add.", lambda lessons, budget: refine("Write add.", [Returns(GOOD)], session=session,
+                                                                 lessons=lessons, budget=budget, max_attempts=1),
+                    session=session)
+    assert result.stop_reason is StopReason.PASSED
+    # A step kind from a newer version (or another plugin): shown as its data, escaped.
+    store.add_step(Step(result.run_id, 99, "mystery", None, None, {"note": "<b>bold</b>"}, Usage(), 0.0, 0.0))
+    store.close()
+    html = client_for(tmp_path / "trace.db").get(f"/runs/{result.run_id}").text
+    assert "trial 1: MAX_ITERATIONS" in html and "trial 2: PASSED" in html
+    inner = re.findall(r'its own run: <a href="/runs/([0-9a-f]+)">', html)
+    assert len(inner) == 2 and all(client_for(tmp_path / "trace.db").get(f"/runs/{r}").status_code == 200
+                                   for r in inner)
+    assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold</b>" not in html
