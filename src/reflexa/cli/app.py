@@ -459,6 +459,27 @@ def show(
                           f"reflexa resume {record.run_id[:12]}", highlight=False)
 
 
+@app.command("ui")
+def ui_cmd(
+    trace: TraceOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but a loopback address shows "
+                                      "every prompt and answer in the trace to the network, with no password.")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8765,
+) -> None:
+    """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
+    with clean_errors():
+        from ..trace.sqlite import default_path
+        from ..ui.server import is_loopback, serve
+
+        if not is_loopback(host):
+            errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
+                         "reads the whole trace", highlight=False)
+        path = trace or default_path()
+        serve(path, host=host, port=port,
+              on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
+
+
 @app.command()
 def models(
     as_json: Annotated[bool, typer.Option("--json", help="Print backends and local models as JSON.")] = False,
