@@ -192,3 +192,23 @@ def test_a_finished_plan_s_tree_is_in_its_trace():
     assert statuses(s.store, result.run_id) == [("one", "running"), ("one", "passed"), ("two", "running"),
                                                 ("two", "passed")]
     assert json.loads(json.dumps(result.to_dict(), default=str))["details"]["tree"]["goal"] == "composite"
+
+
+def test_a_refine_unit_is_checked_and_its_task_carries_the_memory():
+    given = tree(sub("buyer", "Who placed order 5?"),
+                 sub("slogan", "Write a one-word city name", ["buyer"], loop="refine", check={"regex": "^Lisbon$"}))
+    s, model = session(final("customer 17"), "```\nLisbon\n```")
+    result = plan("Refine after react", TOOLS, session=s, tree=given)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED  # buyer had no check
+    assert [u["status"] for u in result.details["subgoals"]] == ["answered", "passed"]
+    assert "buyer (Who placed order 5?) = customer 17" in model.prompts[1][-1]["content"]
+    assert s.store.get_run(result.details["subgoals"][1]["run_id"]).loop == "refine"
+
+
+def test_units_that_cannot_run_are_refused_before_any_model_call():
+    with pytest.raises(ConfigError) as refused:
+        plan("x", TOOLS, tree=tree(sub("a", loop="refine"), sub("b", loop="research"), sub("c", check={})))
+    text = str(refused.value)
+    assert "a is a refine unit without a check" in text and "no search backend" in text and "c's check is empty" in text
+    with pytest.raises(ConfigError, match="needs a database"):
+        plan("x", TOOLS, tree=tree(sub("a", check={"sql": "SELECT 1"})))
