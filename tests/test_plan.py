@@ -212,3 +212,16 @@ def test_units_that_cannot_run_are_refused_before_any_model_call():
     assert "a is a refine unit without a check" in text and "no search backend" in text and "c's check is empty" in text
     with pytest.raises(ConfigError, match="needs a database"):
         plan("x", TOOLS, tree=tree(sub("a", check={"sql": "SELECT 1"})))
+
+
+@pytest.mark.parametrize("reply", [
+    "no plan at all", "[" * 100 + "]" * 100, {"goal": "g", "subgoals": "not a list"},
+    {"goal": "g", "subgoals": [{"name": "bad name!", "task": "t"}]}, {"goal": "g", "subgoals": []},
+    {"goal": "g", "subgoals": [sub(f"s{i}") for i in range(20)]},
+    {"goal": "g", "subgoals": [sub("a", depends_on=["a"])]},
+])
+def test_no_planner_reply_crashes_the_plan(reply):
+    s, model = session(reply, reply)
+    result = plan("Do it", TOOLS, session=s)
+    assert result.stop_reason is StopReason.UNRECOVERABLE and result.error.startswith("the planner's plan cannot run")
+    assert model.calls == 2 and s.store.get_run(result.run_id).status == "finished"
