@@ -58,7 +58,7 @@ def test_plan_prints_the_tree_with_statuses_and_passes(tmp_path, shop):
     args, city = files(tmp_path, shop)
     result = runner.invoke(app, ["plan", "Which city does the buyer of order 5 live in?", "--db", str(shop), *args])
     assert result.exit_code == 0, result.output
-    assert "goal tree (file)" in result.output and "▶ buyer running" in result.output
+    assert "goal tree (given)" in result.output and "▶ buyer running" in result.output
     assert "✓ city passed" in result.output and city in result.output and "PASSED" in result.output
 
 

@@ -62,7 +62,7 @@ REPLANNABLE = (StopReason.UNRECOVERABLE, StopReason.NO_PROGRESS, StopReason.MAX_
 @payload("plan_tree")
 @dataclass(slots=True)
 class PlanMade(Payload):
-    """The goal tree as it will run: from the planner, a file, or a replan of one sub-goal."""
+    """The goal tree as it will run: given (a file, plain data), from the planner, or after a replan."""
 
     source: str
     tree: dict[str, Any]
@@ -221,7 +221,7 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
             return made
         s.tree, s.units = made.model_dump(), [Unit(name) for name in goals.order(made)]
         s.facts = [*s.facts, *(f for f in made.facts if f not in s.facts)]
-        run.record(PlanMade("file" if ctx.given else "planner", s.tree, checkpoint=ep.snapshot(s)))
+        run.record(PlanMade("given" if ctx.given else "planner", s.tree, checkpoint=ep.snapshot(s)))
     while (unit := _ready(s)) is not None:
         if (spent := run.meter.check()) is not None:
             s.budget_stop = spent
