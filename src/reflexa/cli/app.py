@@ -244,6 +244,68 @@ def react(
 
 
 
+# --- plan: a goal tree over react units ------------------------------------------------------------------
+
+
+def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
+              plan_file: Path | None, validate: str | None, replan: bool, as_json: bool, verbose: bool,
+              trace: Path | None, resume: str | None = None) -> Result:
+    from ..loops.plan import plan as run_plan
+    from ..tools import ToolRegistry, sql_tools
+    from .render import PlanView
+
+    registry = ToolRegistry(sql_tools(db, write=write))
+    if plan_file is not None:
+        read_text_file(plan_file, "plan file")
+    validator = sql_validator(db, validate) if validate is not None else None
+    session = session_for(model, trace, as_json=as_json, verbose=verbose, experience=True)
+    if session.observer is not None:  # the tree and its statuses; the units' own steps with --verbose
+        session.observer = PlanView(console, verbose=verbose)
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate, "replan": replan}
+    return run_cli(session, lambda: run_plan(goal, registry, session=session, budget=budget, tree=plan_file,
+                                             max_steps=max_steps, validator=validator, db=db, replan=replan,
+                                             meta=meta, resume=resume))
+
+
+@app.command("plan")
+def plan_cmd(
+    goal: Annotated[str, typer.Argument(help="The top-level goal.")],
+    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="A goal tree as JSON (skips the planner): "
+                         '{"goal", "facts", "subgoals": [{"name", "task", "depends_on", "tools", "check"}]}.',
+                         show_default=False)] = None,
+    validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer (of every sub-goal "
+                        "no other depends on), as for react --validate.", show_default=False)] = None,
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
+                     "tool).")] = False,
+    model: ModelOpt = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="Steps each sub-goal takes at most.")] = 8,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget over the whole tree.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget over the whole tree.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    replan: Annotated[bool, typer.Option(help="Rewrite a failed sub-goal once before skipping its "
+                      "dependents.")] = True,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Break a goal into a tree of sub-goals and run each as a react unit, in dependency order, with one
+    budget, shared memory and blocks learnt in one unit applied to the later ones."""
+    with clean_errors():
+        from ..types import Budget
+
+        check_database(db)
+        if not goal.strip():
+            raise ConfigError("the goal is empty")
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
+        result = _plan_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
+                           plan_file=plan_file, validate=validate, replan=replan, as_json=as_json, verbose=verbose,
+                           trace=trace)
+        _print_answer(result, as_json=as_json)
+        _finish_cli(result, as_json=as_json)
+
+
+
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
@@ -263,7 +325,15 @@ def resume(
         meta = record.meta
         budget_data = {k: v for k, v in (meta.get("budget") or {}).items() if k in Budget.__dataclass_fields__}
         budget = Budget(**budget_data)
-        if record.loop == "react" and meta.get("toolset") == "sql":
+        if "parent" in meta:
+            raise ConfigError(f"run {record.run_id[:12]} is sub-goal {meta.get('subgoal')} of a plan",
+                              hint=f"resume the plan: reflexa resume {str(meta['parent'])[:12]}")
+        if record.loop == "plan" and meta.get("toolset") == "sql":
+            result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+                               budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
+                               validate=meta.get("validate"), replan=meta.get("replan", True), as_json=as_json,
+                               verbose=verbose, trace=trace, resume=record.run_id)
+        elif record.loop == "react" and meta.get("toolset") == "sql":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=True, as_json=as_json, verbose=verbose,
@@ -434,7 +504,7 @@ def show(
 ) -> None:
     """Print one run step by step."""
     with clean_errors():
-        from .render import View, counters_line, usage_table
+        from .render import View, counters_line, last_plan_tree, usage_table
 
         store = open_store(trace)
         record = find_run(store, run_id)
@@ -445,9 +515,13 @@ def show(
             return
         console.print(f"[bold]run {record.run_id}[/bold] ({record.loop}, model {record.meta.get('model')})")
         console.print(f"task: {record.task.strip()[:500]}")
+        if "parent" in record.meta:
+            console.print(f"sub-goal {record.meta.get('subgoal')} of plan run {str(record.meta['parent'])[:12]}")
         view = View(console, verbose=True, full=full, timestamps=True)
         for step in steps:
             view.step(step)
+        if record.loop == "plan" and (tree := last_plan_tree(steps)) is not None:
+            console.print(tree)
         if record.result:
             console.print(usage_table(record.result["usage"]))
             for note in record.result.get("notes", []):

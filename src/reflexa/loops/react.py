@@ -119,7 +119,7 @@ class ReactState(Serial):
 def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
           budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
-          meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+          memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Pursue `goal` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
@@ -127,17 +127,25 @@ def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session |
     ANSWERED_UNVERIFIED when there is no validator. `similarity` judges repeated thoughts (default:
     normalised text; pass `reflexa.reflect.embeddings.similarity()` for an embedding model). A step's
     failure signals go through the reflection engine. Every step is stored with a checkpoint of the
-    state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call.
+    state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call. `lessons`
+    carried in take effect from the first step, controls included (blocks, a forced first action);
+    `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    workspace = Workspace(goal)
+    state = ReactState(Workspace(goal))
+    state.workspace.remember(list(memory))
     for lesson in lessons:
-        workspace.apply(lesson)
+        state.workspace.apply(lesson)
+        if lesson.control is not None:
+            state.blocks.apply(lesson.control)
+    if (forced := state.workspace.forced) is not None:
+        state.workspace.forced = None
+        state.queued = Chosen(_action(forced["tool"], forced["args"]), "(forced by a lesson)")
 
     def body(ep: Episode, s: ReactState) -> Stop:
         return _steps(ep, s, ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks), validator, similarity)
 
-    return run_loop(session or Session(), "react", goal, ReactState(workspace), body, budget=budget,
+    return run_loop(session or Session(), "react", goal, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
 
 

@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
+from ..loops.plan import PlanMade, Propagated, UnitStatus
 from ..loops.trials import Trial
 from ..reflect.engine import Decided
 from ..runtime import Checkpoint, ModelCall, Stop
@@ -26,7 +27,8 @@ from ..types import Payload, Step, StopReason, Usage
 RENDERERS: dict[type[Payload], str] = {
     ModelCall: "model_call", Attempt: "attempt", Checked: "checked", Decided: "decided", Acted: "acted",
     Queries: "queries", Searched: "searched", Audited: "audited", Trial: "trial", Flag: "note",
-    NoProgress: "note", Checkpoint: "checkpoint", Stop: "stop",
+    NoProgress: "note", Checkpoint: "checkpoint", Stop: "stop", PlanMade: "plan_tree", UnitStatus: "subgoal",
+    Propagated: "propagated",
 }
 """The macro in steps.html that draws each step kind; a test checks every registered kind has one."""
 TEXT_LIMIT = 20_000
