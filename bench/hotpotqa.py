@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflexa import Budget, Session, resolve_model
+from reflexa import Budget, Session, SQLiteStore, resolve_model
 from reflexa.evaluate.citations import cited
 from reflexa.loops import research_prompts as prompts
 from reflexa.loops.research import research
@@ -137,6 +137,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # One row per (strategy, question), appended as it finishes: a rerun resumes where a run stopped.
     rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
+    store = SQLiteStore(args.out.with_suffix(".db"))  # reflexa's traces, to read with `reflexa show --trace`
     done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
         if rows_path.exists() else {}
     for name in args.strategies.split(","):
@@ -151,7 +152,7 @@ def main() -> None:
                 result = research(
                     row["question"],
                     sentence_corpus(row),
-                    session=Session(model=model),
+                    session=Session(model=model, store=store),
                     max_rounds=0 if name == "no-research" else 2,
                 )
                 answer = result.details.get("answer") or answer_only(result.output or "")

@@ -81,14 +81,16 @@ def output(as_json: bool, jsonl: bool, quiet: bool, verbose: bool) -> Output:
     return Output(json=as_json, jsonl=jsonl, quiet=quiet, verbose=verbose)
 
 
-def session_for(model: str | None, trace: Path | None, out: Output, *, experience: bool = False):  # noqa: ANN201
-    """The Session a command runs in (model, store, the observers `out` asks for) and its run tracker."""
+def session_for(model: str | None, trace: Path | None, out: Output, *, experience: bool = False,  # noqa: ANN201
+                view: type | None = None):
+    """The Session a command runs in (model, store, the observers `out` asks for) and its run tracker.
+    `view` is the live view's class (a LiveView; PlanView for plan)."""
     from ..loops import Session
     from ..models.spec import resolve
     from ..reflect import ExperienceLibrary
     from .live import chain, observer_for
 
-    tracker = observer_for(out, console, errors)
+    tracker = observer_for(out, console, errors, view=view)
     observer = chain(tracker)
     observer("status", "starting")  # the live line shows up now, not after the model has loaded
     try:
@@ -293,6 +295,69 @@ def react(
 
 
 
+# --- plan: a goal tree over react units ------------------------------------------------------------------
+
+
+def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
+              plan_file: Path | None, validate: str | None, replan: bool, out: Output,
+              trace: Path | None, resume: str | None = None) -> Result:
+    from ..loops.plan import plan as run_plan
+    from ..tools import ToolRegistry, sql_tools
+    from .render import PlanView
+
+    registry = ToolRegistry(sql_tools(db, write=write))
+    if plan_file is not None:
+        read_text_file(plan_file, "plan file")
+    validator = sql_validator(db, validate) if validate is not None else None
+    # The tree and its statuses; the units' own steps with --verbose.
+    session, tracker = session_for(model, trace, out, experience=True, view=PlanView)
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate, "replan": replan}
+    return run_cli(session, tracker, lambda: run_plan(goal, registry, session=session, budget=budget, tree=plan_file,
+                                                      max_steps=max_steps, validator=validator, db=db, replan=replan,
+                                                      meta=meta, resume=resume), out)
+
+
+@app.command("plan")
+def plan_cmd(
+    goal: Annotated[str, typer.Argument(help="The top-level goal.")],
+    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="A goal tree as JSON (skips the planner): "
+                         '{"goal", "facts", "subgoals": [{"name", "task", "depends_on", "tools", "check"}]}.',
+                         show_default=False)] = None,
+    validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer (of every sub-goal "
+                        "no other depends on), as for react --validate.", show_default=False)] = None,
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
+                     "tool).")] = False,
+    model: ModelOpt = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="Steps each sub-goal takes at most.")] = 8,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget over the whole tree.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget over the whole tree.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    replan: Annotated[bool, typer.Option(help="Rewrite a failed sub-goal once before skipping its "
+                      "dependents.")] = True,
+    as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Break a goal into a tree of sub-goals and run each as a react unit, in dependency order, with one
+    budget, shared memory and blocks learnt in one unit applied to the later ones."""
+    with clean_errors():
+        from ..types import Budget
+
+        out = output(as_json, jsonl, quiet, verbose)
+        check_database(db)
+        if not goal.strip():
+            raise ConfigError("the goal is empty")
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
+        result = _plan_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
+                           plan_file=plan_file, validate=validate, replan=replan, out=out, trace=trace)
+        _print_answer(result, out)
+        _finish_cli(result, out)
+
+
+
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
@@ -314,7 +379,15 @@ def resume(
         meta = record.meta
         budget_data = {k: v for k, v in (meta.get("budget") or {}).items() if k in Budget.__dataclass_fields__}
         budget = Budget(**budget_data)
-        if record.loop == "react" and meta.get("toolset") == "sql":
+        if "parent" in meta:
+            raise ConfigError(f"run {record.run_id[:12]} is sub-goal {meta.get('subgoal')} of a plan",
+                              hint=f"resume the plan: reflexa resume {str(meta['parent'])[:12]}")
+        if record.loop == "plan" and meta.get("toolset") == "sql":
+            result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+                               budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
+                               validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
+                               trace=trace, resume=record.run_id)
+        elif record.loop == "react" and meta.get("toolset") == "sql":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=True, out=out,
@@ -517,6 +590,27 @@ def show(
                               "steps": [s.to_dict() for s in store.steps(record.run_id)]}, default=str, indent=2))
             return
         show_run(console, store, record, full=full)
+
+
+@app.command("ui")
+def ui_cmd(
+    trace: TraceOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but a loopback address shows "
+                                      "every prompt and answer in the trace to the network, with no password.")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8765,
+) -> None:
+    """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
+    with clean_errors():
+        from ..trace.sqlite import default_path
+        from ..ui.server import is_loopback, serve
+
+        if not is_loopback(host):
+            errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
+                         "reads the whole trace", highlight=False)
+        path = trace or default_path()
+        serve(path, host=host, port=port,
+              on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
 
 
 @app.command()

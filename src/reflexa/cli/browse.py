@@ -15,7 +15,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..trace.store import RunRecord, Store, shown_status
 from ..types import StopReason
-from .render import View, counters_line, usage_table
+from .render import View, counters_line, last_plan_tree, usage_table
 
 STATUSES = ("running", "stale", "finished", "interrupted")
 """What `runs --status` takes besides a stop reason. "stale": stored as running, but its process is gone."""
@@ -170,11 +170,17 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
     console.print(f"started {datetime.fromtimestamp(record.started_at):%Y-%m-%d %H:%M:%S}{ended}, took {took}",
                   highlight=False, soft_wrap=True)
     console.print("task: " + escape(record.task.strip() if full else record.task.strip()[:500]), highlight=False)
+    if "parent" in record.meta:
+        console.print(f"sub-goal {escape(str(record.meta.get('subgoal')))} of plan run "
+                      f"{str(record.meta['parent'])[:12]}", highlight=False)
     view = View(console, verbose=True, full=full, timestamps=True)
-    for step in store.steps(record.run_id):
+    steps = store.steps(record.run_id)
+    for step in steps:
         view.step(step)
+    if record.loop == "plan" and (tree := last_plan_tree(steps)) is not None:
+        console.print(tree)
     result = record.result or {}
-    if record.loop in ("research", "react", "trials") and result.get("output"):
+    if record.loop in ("research", "react", "trials", "plan") and result.get("output"):
         console.rule("answer")  # research's output carries its references, built from the evidence
         console.print(result["output"], highlight=False, markup=False)
     if result:

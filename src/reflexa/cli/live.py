@@ -59,14 +59,16 @@ class RunTracker:
         return self.open[0] if self.open else None
 
 
-def observer_for(out: Output, console: Console, errors: Console) -> RunTracker:
-    """The CLI's observer chain for one command: the tracker first, then the live view or the JSON lines."""
+def observer_for(out: Output, console: Console, errors: Console,
+                 view: type[LiveView] | None = None) -> RunTracker:
+    """The CLI's observer chain for one command: the tracker first, then the live view (of class `view`,
+    LiveView by default) or the JSON lines."""
     tracker = RunTracker()
     if out.jsonl:
         tracker.jsonl = JsonLines(sys.stdout)
     if not out.quiet:
         data_out = out.json or out.jsonl
-        tracker.view = LiveView(errors if data_out else console, verbose=out.verbose, steps=not data_out)
+        tracker.view = (view or LiveView)(errors if data_out else console, verbose=out.verbose, steps=not data_out)
     return tracker
 
 

@@ -16,7 +16,9 @@ from rich.markup import escape
 from rich.spinner import Spinner as RichSpinner
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
+from ..loops.plan import PlanMade, Propagated, UnitStatus
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
@@ -137,6 +139,25 @@ class View:
     def note(self, step: Step, n: Flag | NoProgress) -> None:
         self.console.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
+    def plan_made(self, step: Step, p: PlanMade) -> None:
+        if p.errors:
+            self.console.print(f"[magenta]planner re-asked[/magenta]: {escape('; '.join(p.errors))}")
+        if p.checkpoint is not None:
+            self.console.rule(f"goal tree ({p.source})")
+            self.console.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
+
+    def unit_status(self, step: Step, u: UnitStatus) -> None:
+        mark, style = UNIT_MARKS.get(u.status, ("·", "dim"))
+        said = f": {escape(u.answer[:200])}" if u.answer and u.status in ("passed", "answered") else ""
+        why = f" — {escape(u.reason[:200])}" if u.reason and u.status not in ("passed", "answered") else ""
+        self.console.print(f"[{style}]{mark} {escape(u.name)} {u.status}[/]{said}{why}")
+
+    def propagated(self, step: Step, p: Propagated) -> None:
+        c = p.lesson.control
+        what = f"{c.kind} {c.tool}" + (f"({c.arg}={c.value!r})" if c and c.arg else "") if c else "lesson"
+        self.console.print(f"[cyan]propagated from {escape(p.origin)}[/cyan]: {escape(what)} — "
+                           f"{escape(p.lesson.correction)}")
+
     def checkpoint(self, step: Step, c: Checkpoint) -> None:
         pass  # state for a resume, not for reading
 
@@ -149,6 +170,7 @@ RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
     ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
     Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
     Flag: View.note, NoProgress: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
+    PlanMade: View.plan_made, UnitStatus: View.unit_status, Propagated: View.propagated,
 }
 """One renderer per step kind; a test checks every registered kind has one."""
 
@@ -327,3 +349,59 @@ def summary_line(result: Result) -> str:
     return (f"{result.stop_reason}: run {result.run_id[:12]}, {result.iterations} iteration(s), "
             f"{total.input_tokens + total.output_tokens} tokens in {total.calls} call(s). "
             f"Details: reflexa show {result.run_id[:12]}")
+
+
+UNIT_MARKS = {"pending": ("·", "dim"), "running": ("▶", "bold"), "passed": ("✓", "bold green"),
+              "answered": ("?", "bold yellow"), "failed": ("✗", "bold red"), "skipped": ("–", "red")}
+"""How a plan's sub-goal status looks: answered means answered but unchecked, never green."""
+
+
+def plan_tree(tree: dict[str, Any], units: list[dict[str, Any]]) -> Tree:
+    """A plan's goal tree with each sub-goal's status. A sub-goal hangs under the first one it depends on
+    (a tree, though the plan is a graph); the others it needs are named beside it."""
+    status = {u["name"]: u for u in units}
+    root = Tree(f"[bold]{escape(tree.get('goal', 'plan'))}[/bold]")
+    nodes: dict[str, Tree] = {}
+    for sub in tree.get("subgoals", []):
+        unit = status.get(sub["name"], {})
+        mark, style = UNIT_MARKS.get(unit.get("status", "pending"), ("·", "dim"))
+        also = sub["depends_on"][1:]
+        label = (f"[{style}]{mark} {escape(sub['name'])}[/] {escape(sub['task'][:80])}"
+                 + (f" [dim](also needs {', '.join(also)})[/dim]" if also else ""))
+        if unit.get("answer") and unit.get("status") in ("passed", "answered"):
+            label += f" [dim]→[/dim] {escape(str(unit['answer'])[:80])}"
+        elif unit.get("reason") and unit.get("status") in ("failed", "skipped"):
+            label += f" [dim]({escape(unit['reason'][:80])})[/dim]"
+        parent = nodes.get(sub["depends_on"][0]) if sub["depends_on"] else None
+        nodes[sub["name"]] = (parent or root).add(label)
+    return root
+
+
+def last_plan_tree(steps: list[Step]) -> Tree | None:
+    """The goal tree of a plan run as its last stored state has it."""
+    for step in reversed(steps):
+        data = step.payload()
+        checkpoint = getattr(data, "checkpoint", None)
+        if isinstance(data, PlanMade | UnitStatus) and checkpoint is not None and checkpoint.state.get("tree"):
+            return plan_tree(checkpoint.state["tree"], checkpoint.state.get("units", []))
+    return None
+
+
+class PlanView(LiveView):
+    """A live view of a plan: the tree when it is made and each time a sub-goal finishes, a line per status
+    change and per propagated control; the units' own steps only with --verbose."""
+
+    PLAN_KINDS = (PlanMade, UnitStatus, Propagated)
+    plan_run = ""
+
+    def step(self, step: Step) -> None:
+        data = step.payload()
+        if isinstance(data, self.PLAN_KINDS):
+            self.plan_run = step.run_id
+        if isinstance(data, self.PLAN_KINDS) or (isinstance(data, Stop) and step.run_id == self.plan_run):
+            super().step(step)
+            if isinstance(data, UnitStatus) and data.status not in ("running", "pending") and data.checkpoint:
+                state = data.checkpoint.state
+                self.console.print(plan_tree(state["tree"], state["units"]))
+        elif self.verbose:
+            super().step(step)
