@@ -14,10 +14,10 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from ..loops.plan import PlanMade, Propagated, UnitStatus
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
-from ..loops.plan import PlanMade, Propagated, UnitStatus
 from ..loops.trials import Trial
 from ..reflect.engine import Decided
 from ..runtime import Checkpoint, ModelCall, Stop
