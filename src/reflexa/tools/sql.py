@@ -6,7 +6,6 @@ typo by rule, with no model call.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 import sqlite3
@@ -22,9 +21,6 @@ MAX_FILTER_NOTES = 3
 """Text filters checked per query, at most."""
 MAX_DISTINCT = 5000
 """Distinct values read per column when a filter matches nothing: a bound on the cost of the note."""
-SCHEMA_CHARS = 1200
-"""The schema shown in `query`'s description, at most: a small model writes better SQL when it sees the
-real table and column names than when it must look them up (or guess them) first."""
 """Rows a query returns at most; the rest is reported as a count."""
 
 
@@ -112,10 +108,6 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 notes.append(f"note: no row has {column} = {value!r}{hint}")
         return notes
 
-    with connect() as conn:
-        schema = "; ".join(f"{t}({', '.join(row[1] for row in conn.execute(f'PRAGMA table_info({t!r})'))})"
-                           for t in tables(conn))
-    query = dataclasses.replace(query, description=f"{query.description} Tables: {schema[:SCHEMA_CHARS]}")
     toolset = [list_tables, describe_table, query]
     if write:
         @tool(side_effect=True)
