@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..search.base import Evidence
 from ..structured import Message, Text200, Text2000
@@ -36,9 +37,17 @@ MAX_USED = 5
 """Evidence numbers a revision may name as the ones it relied on."""
 
 
+def _evidence_first(schema: dict[str, Any]) -> None:
+    # Required in what the model is asked for (a grammar then cannot skip it, as Qwen did), optional when
+    # read back, so a draft or a salvaged answer still makes a Revision.
+    schema["required"] = ["evidence_used", *schema.get("required", [])]
+
+
 class Revision(BaseModel):
     """A revision: the evidence it relies on first (choosing passages before writing keeps a small model's
     answer on them), then the answer, its reflection, and any further searches."""
+
+    model_config = ConfigDict(json_schema_extra=_evidence_first)
 
     evidence_used: list[int] = Field(default_factory=list, max_length=MAX_USED)
     answer: Text2000
