@@ -35,8 +35,9 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      "local:smollm2, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
                      "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
                      show_default=False)]
-TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
-                     "trace.db in the user data directory.", show_default=False)]
+TraceOpt = Annotated[str | None, typer.Option("--trace", help="Trace store: a SQLite file, or a postgresql:// URL "
+                     "(pip install 'reflexa[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
+                     "directory.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")]
 
@@ -53,10 +54,10 @@ def clean_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
-    from ..trace.sqlite import SQLiteStore
+def open_store(target: str | None):  # noqa: ANN201 - a Store, imported lazily
+    from ..trace.open import open_store as open_trace
 
-    return SQLiteStore(path)
+    return open_trace(target)
 
 
 EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
@@ -68,7 +69,7 @@ EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 
 
 
 
-def session_for(model: str | None, trace: Path | None, *, as_json: bool, verbose: bool, experience: bool = False):  # noqa: ANN201
+def session_for(model: str | None, trace: str | None, *, as_json: bool, verbose: bool, experience: bool = False):  # noqa: ANN201
     """The Session a command runs in: the model, the store, a live view unless --json."""
     from ..loops import Session
     from ..models.spec import resolve
@@ -186,7 +187,7 @@ def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imp
 
 def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
                trials_count: int, validate: str | None, experience: bool, as_json: bool, verbose: bool,
-               trace: Path | None, resume: str | None = None) -> Result:
+               trace: str | None, resume: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
@@ -278,7 +279,7 @@ def resume(
         _finish_cli(result, as_json=as_json)
 
 
-def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace: str | None):  # noqa: ANN001, ANN202
     import os
 
     from ..loops.refine import refine as run_refine
@@ -294,7 +295,7 @@ def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace
                                                meta={"cli": cli}, resume=record.run_id))
 
 
-def _resume_research(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_research(record, model, budget, *, as_json: bool, verbose: bool, trace: str | None):  # noqa: ANN001, ANN202
     from ..loops.research import research as run_research
     from ..search import SearchCache
 
@@ -383,6 +384,46 @@ def research_cmd(
                                                    cache=SearchCache(session.store), meta={"cli": cli}))
         _print_answer(result, as_json=as_json)
         _finish_cli(result, as_json=as_json)
+
+
+@app.command("batch")
+def batch_cmd(
+    tasks: Annotated[Path, typer.Argument(help="A JSONL file, one task a line (see the README's task-line schema).")],
+    loop: Annotated[str, typer.Option("--loop", "-l", help="The loop every task runs: refine, react or research.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=1024, help="Tasks at once.")] = 4,
+    executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="A Ray cluster to run on (default: a local Ray).",
+                       show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The results file (JSONL). Default: "
+                   "TASKS.results.jsonl beside the tasks file.", show_default=False)] = None,
+    model: ModelOpt = None,
+    connections: Annotated[int | None, typer.Option(min=1, help="Model calls in flight at most per backend in one "
+                           "process (default: as many as --concurrency).", show_default=False)] = None,
+    experience: Annotated[bool, typer.Option(help="Tasks share the experience library.")] = True,
+    governor: Annotated[bool, typer.Option(help="Let the ROI governor cut retries that do not pay.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget of each task.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget of each task.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="No progress bar; print the summary as JSON.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Run every task of a JSONL file with concurrent workers on one store. Results go to the store and the
+    results file; the same command again skips finished tasks and resumes interrupted ones."""
+    import os
+
+    from ..trace.sqlite import default_path
+    from .batch import run as run_batch_cli
+
+    with clean_errors():
+        if executor not in ("local", "ray"):
+            raise ConfigError(f"--executor must be local or ray, not {executor!r}")
+        if address is not None and executor != "ray":
+            raise ConfigError("--address needs --executor ray")
+        budget = {k: v for k, v in (("max_tokens", max_tokens), ("max_calls", max_calls)) if v is not None}
+        store = trace or os.environ.get("REFLEXA_TRACE") or str(default_path())
+        code = run_batch_cli(tasks, loop, store=store, out=out, console=console, errors=errors, as_json=as_json,
+                             model=model, concurrency=concurrency, executor=executor, address=address,
+                             connections=connections, experience=experience, governor=governor, budget=budget)
+    raise typer.Exit(code)
 
 
 @app.command("experience")
