@@ -22,6 +22,7 @@ class ResultsFile:
         self.path = path
         self.batch_id = batch_id
         self.keys: set[str] = set()
+        self._dirty = False
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._repair()
@@ -48,17 +49,27 @@ class ResultsFile:
             if isinstance(row, dict) and row.get("batch") == self.batch_id and isinstance(row.get("key"), str):
                 self.keys.add(row["key"])
 
-    def append(self, row: dict[str, Any]) -> bool:
-        """Write a row unless its task is in already; True when written. Durable when this returns."""
+    def append(self, row: dict[str, Any], *, sync: bool = True) -> bool:
+        """Write a row unless its task is in already; True when written. Durable when this returns, unless
+        `sync` is False: then at the next `sync()` (the driver syncs once per batch of rows it collects)."""
         if row["key"] in self.keys:
             return False
         line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace")
         written = os.write(self.fd, line)
-        if written != len(line):  # a short write (disk full): never leave half a row behind
+        if written != len(line):  # a short write (disk full): a partial line, which the next run cuts off
             raise OSError(f"short write to {self.path}")
-        os.fsync(self.fd)
         self.keys.add(row["key"])
+        self._dirty = True
+        if sync:
+            self.sync()
         return True
 
+    def sync(self) -> None:
+        """Make the rows written so far durable (fsync)."""
+        if self._dirty:
+            os.fsync(self.fd)
+            self._dirty = False
+
     def close(self) -> None:
+        self.sync()
         os.close(self.fd)

@@ -19,7 +19,15 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    BrokenExecutor,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,10 +176,11 @@ def _skip_finished(tasks: list[TaskLine], store: Any, config: BatchConfig, resul
     for task in tasks:
         record = records.get(task.key) or {}
         if record.get("state") == "done":
-            results.append(record["row"])
+            results.append(record["row"], sync=False)
             state.skipped += 1
         else:
             todo.append(task)
+    results.sync()
     return todo
 
 
@@ -213,13 +222,19 @@ def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: in
                 if task is None:
                     more = False
                     break
-                inflight[submit(task)] = task
+                try:
+                    inflight[submit(task)] = task
+                except BrokenExecutor:
+                    # A worker process was killed: the pool takes no more work. What is left runs on a re-run.
+                    state.errors.append("a worker process died; run the same command again to finish the batch")
+                    more = False
             state.running = len(inflight)
             if progress:
                 progress(state)
             finished, _ = wait(list(inflight), timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
             for future in finished:
                 _collect(future, inflight.pop(future), config, results, state)
+            results.sync()  # one fsync for the rows of this round, not one per row: the driver feeds the workers
         state.running = 0
         if progress:
             progress(state)
@@ -228,7 +243,11 @@ def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: in
         # What finished in the meantime is whole: write it, so the results file is as full as the store.
         for future in [f for f in inflight if f.done() and not f.cancelled()]:
             _collect(future, inflight.pop(future), config, results, state)
+        results.sync()
         raise BatchInterrupted(state, len(inflight)) from None
+    except BaseException:
+        shutdown()
+        raise
     shutdown()
 
 
@@ -243,7 +262,7 @@ def _collect(future: Future[dict[str, Any]], task: TaskLine, config: BatchConfig
         report = {"state": "failed", "key": task.key, "error": f"worker failed: {type(exc).__name__}: {exc}"}
     if report["state"] == "done":
         row = report["row"]
-        results.append(row)
+        results.append(row, sync=False)
         state.done += 1
         state.passed += bool(row.get("passed"))
         if row.get("stop_reason") == "ERROR":
