@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflexa import Budget, Session, resolve_model
+from reflexa import Budget, Session, SQLiteStore, resolve_model
 from reflexa.evaluate.citations import cited
 from reflexa.loops import research_prompts as prompts
 from reflexa.loops.research import research
@@ -97,7 +97,8 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
     revised = run.call(
         Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision, max_tokens=700
     )
-    answer = revised.value.answer if revised is not None and revised.value is not None else draft.value.answer
+    answer = (prompts.with_citations(revised.value.answer, revised.value.evidence_used, len(evidence))
+              if revised is not None and revised.value is not None else draft.value.answer)
     result = run.finish(StopReason.PASSED, output=answer, best=answer, verdict=None, iterations=1)
     # A whole paragraph cited counts as its first sentence: the baseline cannot point any finer.
     return answer, [{"n": n, "title": e.title, "source": e.source} for n, e in evidence], result
@@ -137,6 +138,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # One row per (strategy, question), appended as it finishes: a rerun resumes where a run stopped.
     rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
+    store = SQLiteStore(args.out.with_suffix(".db"))  # reflexa's traces, to read with `reflexa show --trace`
     done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
         if rows_path.exists() else {}
     for name in args.strategies.split(","):
@@ -151,7 +153,7 @@ def main() -> None:
                 result = research(
                     row["question"],
                     sentence_corpus(row),
-                    session=Session(model=model),
+                    session=Session(model=model, store=store),
                     max_rounds=0 if name == "no-research" else 2,
                 )
                 answer = result.details.get("answer") or answer_only(result.output or "")

@@ -147,6 +147,16 @@ def test_research_cites_retrieved_evidence_with_references(corpus):
     assert "<<<" in model.prompts[1][-1]["content"]  # evidence goes in as delimited data
 
 
+def test_evidence_named_as_used_is_cited_when_the_answer_cites_nothing_inline(corpus):
+    corpus, _ = corpus
+    first = draft("[UNCERTAIN: about 300 m]", missing=["exact height of the Eiffel Tower"],
+                  queries=["Eiffel Tower height"])
+    revision = {**draft("The Eiffel Tower is 330 metres tall."), "evidence_used": [1, 1, 42]}
+    result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=ScriptedModel([first, revision])))
+    assert result.stop_reason is StopReason.PASSED  # [42] names no evidence: dropped, never cited
+    assert result.details["answer"] == "The Eiffel Tower is 330 metres tall. [1]"
+
+
 def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):
     corpus, _ = corpus
     model = ScriptedModel(

@@ -185,7 +185,10 @@ def _hold(target: str, ready) -> None:
 def test_leases_are_exclusive_and_a_killed_holders_is_taken_over(store, target):
     store.acquire_lease("r", "me", os.getpid())
     store.acquire_lease("r", "me", os.getpid())  # renewed
+    held = store.lease("r")
+    assert (held.owner, held.pid) == ("me", os.getpid()) and store.lease("other") is None
     store.release_lease("r", "me")
+    assert store.lease("r") is None
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     holder = ctx.Process(target=_hold, args=(target, ready))

@@ -22,9 +22,9 @@ from .trace.store import MemoryStore, RunRecord, Store
 from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
-"""Called with ("run", run_id) once the run is stored (new or resumed), ("call", role) before a model call,
-("token", text) while a reply streams where the backend can, ("status", text) while a check or tool runs,
-and ("step", Step) after each step is stored."""
+"""Called with ("run", run_id) once the run is open in the store (new or resumed), ("call", role) before
+a model call, ("token", text) while a reply streams where the backend can, ("status", text) while a check
+or tool runs, and ("step", Step) after each step is stored. An observer ignores events it does not know."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
@@ -81,8 +81,6 @@ class Run:
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget, **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
-            if observer:
-                observer("run", self.run_id)
             return
         record = self.store.get_run(resume)
         if record is None:
@@ -99,8 +97,11 @@ class Run:
         for step in self.resumed_steps:
             if step.role and step.usage.calls:
                 self.meter.record(step.role, step.usage)
-        if observer:
-            observer("run", self.run_id)
+
+    def announce(self) -> None:
+        """Tell the observer the run is open ("run", run_id): a live view names it before any step."""
+        if self.observer:
+            self.observer("run", self.run_id)
 
     def record(self, data: Payload, role: Role | str | None = None, *, input: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
@@ -132,8 +133,10 @@ class Run:
             if self.observer:
                 self.observer("call", role)
             started = time.time()
+            observer = self.observer
             completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
-                                             temperature=temperature)
+                                             temperature=temperature,
+                                             on_token=(lambda text: observer("token", text)) if observer else None)
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)

@@ -272,5 +272,10 @@ class PostgresStore:
     def release_lease(self, run_id: str, owner: str) -> None:
         self._write("DELETE FROM leases WHERE run_id=%s AND owner=%s", (text(run_id), text(owner)))
 
+    def lease(self, run_id: str) -> Lease | None:
+        rows = self._read("SELECT run_id, owner, pid, host, pid_start, acquired_at, renewed_at FROM leases "
+                          "WHERE run_id=%s", (text(run_id),))
+        return Lease(**rows[0]) if rows else None
+
     def close(self) -> None:
         self.pool.close()
