@@ -36,8 +36,9 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      "local:smollm2, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
                      "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
                      show_default=False)]
-TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
-                     "trace.db in the user data directory.", show_default=False)]
+TraceOpt = Annotated[str | None, typer.Option("--trace", help="Trace store: a SQLite file, or a postgresql:// URL "
+                     "(pip install 'reflexa[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
+                     "directory.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as one JSON document at the end "
                     "(a live line still shows on stderr when it is a terminal).")]
 JsonlOpt = Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object a line to stdout: the run's id, "
@@ -62,10 +63,10 @@ def clean_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
-    from ..trace.sqlite import SQLiteStore
+def open_store(target: str | None):  # noqa: ANN201 - a Store, imported lazily
+    from ..trace.open import open_store as open_trace
 
-    return SQLiteStore(path)
+    return open_trace(target)
 
 
 EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
@@ -81,7 +82,7 @@ def output(as_json: bool, jsonl: bool, quiet: bool, verbose: bool) -> Output:
     return Output(json=as_json, jsonl=jsonl, quiet=quiet, verbose=verbose)
 
 
-def session_for(model: str | None, trace: Path | None, out: Output, *, experience: bool = False,  # noqa: ANN201
+def session_for(model: str | None, trace: str | None, out: Output, *, experience: bool = False,  # noqa: ANN201
                 view: type | None = None):
     """The Session a command runs in (model, store, the observers `out` asks for) and its run tracker.
     `view` is the live view's class (a LiveView; PlanView for plan)."""
@@ -234,7 +235,7 @@ def _finish_cli(result, out: Output) -> None:  # noqa: ANN001 - Result, imported
 
 def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
                trials_count: int, validate: str | None, experience: bool, out: Output,
-               trace: Path | None, resume: str | None = None) -> Result:
+               trace: str | None, resume: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
@@ -300,7 +301,7 @@ def react(
 
 def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
               plan_file: Path | None, validate: str | None, replan: bool, out: Output,
-              trace: Path | None, resume: str | None = None) -> Result:
+              trace: str | None, resume: str | None = None) -> Result:
     from ..loops.plan import plan as run_plan
     from ..tools import ToolRegistry, sql_tools
     from .render import PlanView
@@ -402,7 +403,7 @@ def resume(
         _finish_cli(result, out)
 
 
-def _resume_refine(record, model, budget, *, out: Output, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     import os
 
     from ..loops.refine import refine as run_refine
@@ -418,7 +419,7 @@ def _resume_refine(record, model, budget, *, out: Output, trace: Path | None):  
                                                         meta={"cli": cli}, resume=record.run_id), out)
 
 
-def _resume_research(record, model, budget, *, out: Output, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_research(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     from ..loops.research import research as run_research
     from ..search import SearchCache
 
@@ -515,6 +516,46 @@ def research_cmd(
         _finish_cli(result, out)
 
 
+@app.command("batch")
+def batch_cmd(
+    tasks: Annotated[Path, typer.Argument(help="A JSONL file, one task a line (see the README's task-line schema).")],
+    loop: Annotated[str, typer.Option("--loop", "-l", help="The loop every task runs: refine, react or research.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=1024, help="Tasks at once.")] = 4,
+    executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="A Ray cluster to run on (default: a local Ray).",
+                       show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The results file (JSONL). Default: "
+                   "TASKS.results.jsonl beside the tasks file.", show_default=False)] = None,
+    model: ModelOpt = None,
+    connections: Annotated[int | None, typer.Option(min=1, help="Model calls in flight at most per backend in one "
+                           "process (default: as many as --concurrency).", show_default=False)] = None,
+    experience: Annotated[bool, typer.Option(help="Tasks share the experience library.")] = True,
+    governor: Annotated[bool, typer.Option(help="Let the ROI governor cut retries that do not pay.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget of each task.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget of each task.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="No progress bar; print the summary as JSON.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Run every task of a JSONL file with concurrent workers on one store. Results go to the store and the
+    results file; the same command again skips finished tasks and resumes interrupted ones."""
+    import os
+
+    from ..trace.sqlite import default_path
+    from .batch import run as run_batch_cli
+
+    with clean_errors():
+        if executor not in ("local", "ray"):
+            raise ConfigError(f"--executor must be local or ray, not {executor!r}")
+        if address is not None and executor != "ray":
+            raise ConfigError("--address needs --executor ray")
+        budget = {k: v for k, v in (("max_tokens", max_tokens), ("max_calls", max_calls)) if v is not None}
+        store = trace or os.environ.get("REFLEXA_TRACE") or str(default_path())
+        code = run_batch_cli(tasks, loop, store=store, out=out, console=console, errors=errors, as_json=as_json,
+                             model=model, concurrency=concurrency, executor=executor, address=address,
+                             connections=connections, experience=experience, governor=governor, budget=budget)
+    raise typer.Exit(code)
+
+
 @app.command("experience")
 def experience_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the entries as JSON.")] = False,
@@ -602,13 +643,18 @@ def ui_cmd(
 ) -> None:
     """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
     with clean_errors():
+        import os
+
+        from ..trace.postgres import is_url
         from ..trace.sqlite import default_path
         from ..ui.server import is_loopback, serve
 
         if not is_loopback(host):
             errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
                          "reads the whole trace", highlight=False)
-        path = trace or default_path()
+        if is_url(trace or os.environ.get("REFLEXA_TRACE")):
+            raise ConfigError("reflexa ui reads a SQLite trace file; a PostgreSQL store is not supported yet")
+        path = Path(trace) if trace else default_path()
         serve(path, host=host, port=port,
               on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
 
