@@ -233,7 +233,7 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
     if reply.value is not None:
         revision: prompts.Revision = reply.value
         revision.answer = prompts.with_citations(strip_references(revision.answer), revision.evidence_used,
-                                                 len(s.evidence))
+                                                 s.evidence, s.question)
         s.draft = revision
         ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
     return True

@@ -55,12 +55,20 @@ class Revision(BaseModel):
     search_queries: list[Text200] = Field(default_factory=list, max_length=MAX_QUERIES)
 
 
-def with_citations(answer: str, used: list[int], retrieved: int) -> str:
+def with_citations(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
     """The answer, with the evidence it names as used cited at its end when it cites nothing inline (Qwen
-    0.5B chose passages well but almost never wrote [n]). Numbers that name no evidence are dropped."""
+    0.5B chose passages but almost never wrote [n]). A passage is cited only when it holds a content word
+    the answer adds to the question: naming every passage shown is not support. Numbers that name no
+    evidence are dropped."""
     if _CITE.search(answer):
         return answer
-    marks = "".join(f"[{n}]" for n in dict.fromkeys(used) if 1 <= n <= retrieved)
+    added = content_words(answer) - content_words(question)
+
+    def supports(n: int) -> bool:
+        return 1 <= n <= len(evidence) and bool(added & content_words(evidence[n - 1].title + " "
+                                                                     + evidence[n - 1].snippet))
+
+    marks = "".join(f"[{n}]" for n in dict.fromkeys(used) if supports(n))
     return f"{answer.rstrip()} {marks}" if marks else answer
 
 
