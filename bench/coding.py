@@ -4,7 +4,8 @@ Strategies, side by side on the same problems and the same model:
   single    one attempt: reflexa's generator prompt, no retry (refine with max_attempts=1)
   refine    reflexa `refine`: up to 3 attempts, test signals, the reflection engine
             (variants: refine-full, refine-noexplain, refine-sample: a failed revision is followed by a
-            fresh sampled attempt)
+            fresh sampled attempt; refine-qa: the reflector's prompt opens with a QA-engineer role line and
+            asks for a defect report, the A/B the seeds report raised root-cause accuracy)
   n1        the cookbook evaluator-optimizer: an LLM judge answers a free-text verdict and feedback, the
             generator sees every earlier attempt with its feedback; at most 3 attempts; scored by the tests
   n2        a naive test-driven loop: plain prompt, every earlier attempt re-sent with its test errors; at most 3
@@ -17,13 +18,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from reflexa import CheckContext, MemoryStore, Model, Session, Usage, refine
 from reflexa.loops.refine_prompts import split_reply
+from reflexa.reflect import reflector
 
 ATTEMPTS = 3
 Scorer = Callable[[str], bool]
@@ -120,22 +123,37 @@ def evaluator_optimizer(model: Model, p: Problem, max_tokens: int) -> tuple[list
     return candidates, candidates[-1], usage, "MAX_ITERATIONS"
 
 
+QA_ROLE = "You are a senior QA engineer; write the reflection as a defect report. "
+
+
+@contextmanager
+def reflector_role(line: str) -> Iterator[None]:
+    """The reflector's system prompt with `line` in front, for the length of one run (the A/B variant)."""
+    plain = reflector.SYSTEM
+    reflector.SYSTEM = line + plain
+    try:
+        yield
+    finally:
+        reflector.SYSTEM = plain
+
+
 def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
     started = time.monotonic()
-    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample"):
+    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample", "refine-qa"):
         attempts = 1 if name == "single" else ATTEMPTS
         options = {"refine-full": {"context": "full"}, "refine-noexplain": {"explain": False},
                    "refine-sample": {"resample": "revision"}}.get(name, {})
         store = MemoryStore()
-        result = refine(
-            p.task,
-            [p.check],
-            session=Session(model=model, store=store),
-            max_attempts=attempts,
-            max_tokens=max_tokens,
-            family="coding",
-            **options,
-        )
+        with reflector_role(QA_ROLE if name == "refine-qa" else ""):
+            result = refine(
+                p.task,
+                [p.check],
+                session=Session(model=model, store=store),
+                max_attempts=attempts,
+                max_tokens=max_tokens,
+                family="coding",
+                **options,
+            )
         candidates = [s.payload().candidate for s in store.steps(result.run_id) if s.kind == "attempt"]
         final, usage, stop = result.best or result.output or "", result.total_usage, result.stop_reason.value
     elif name == "n1":

@@ -6,7 +6,10 @@ verbose tools, each question with a checkable answer.
 Strategies, side by side on the same tasks:
   (a) none        a plain ReAct loop: full history in the prompt, no reflection
   (b) every-step  the same, plus a reflection call after every step over the full history
-  (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 reuses pass 1's library)
+  (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 of a task reuses the
+                  library pass 1 learnt on it and on every earlier task)
+Tasks run one after another, every strategy in turn on each, so a run stopped part way (or `--limit N`
+over the tasks already done, which then only writes the report) compares the strategies on the same tasks.
 Reports success rate, tokens, model calls, reflector calls, the experience hit rate on the second pass,
 and steps from an error to the next clean step. Every strategy gets the same validator, which checks a final
 answer against the database (what the answer key holds) and says only that it does not match; an answer
@@ -196,6 +199,34 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
     return result, recoveries
 
 
+def run_task(name: str, task: Task, db: Path, model: Any, store: SQLiteStore, library: ExperienceLibrary,
+             steps: int) -> dict[str, Any]:
+    """One strategy on one task: the row the report is built from."""
+    registry = ToolRegistry(faulty_tools(db, task.fault))
+    if name.startswith("reflexa"):
+        session = Session(model=model, store=store, experience=library)
+        result = react(task.question, registry, session=session, max_steps=steps, validator=validator(task.answer))
+        recoveries = result.counters["recovery_steps"]
+    else:
+        result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step", steps=steps,
+                                      validate=validator(task.answer))
+    usage = result.total_usage
+    return {
+        "strategy": name,
+        "question": task.question,
+        "fault": task.fault,
+        "answer": result.output,
+        "expected": task.answer,
+        "success": correct(result.output, task.answer),
+        "stop": result.stop_reason.value,
+        "tokens": usage.total_tokens,
+        "calls": usage.calls,
+        "reflector_calls": result.usage.get("reflector").calls if "reflector" in result.usage else 0,
+        "recoveries": recoveries,
+        "counters": result.counters,
+    }
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     recoveries = [r for row in rows for r in row["recoveries"]]
@@ -231,39 +262,19 @@ def main() -> None:
         store = SQLiteStore(args.out.with_suffix(".db"))  # the experience library, kept across a resume
         library = ExperienceLibrary(store)
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
-        for name in args.strategies.split(","):
-            rows = [r for r in done if r["strategy"] == name]
-            for task in suite:
-                if any(r["question"] == task.question and r["fault"] == task.fault for r in rows):
+        names = args.strategies.split(",")
+        # Task by task, every strategy in turn: a run stopped part way compares the strategies on the same
+        # tasks. Pass 2 of a task therefore sees the library pass 1 learnt on it and on every earlier task.
+        for task in suite:
+            for name in names:
+                if any(r["strategy"] == name and r["question"] == task.question and r["fault"] == task.fault
+                       for r in done):
                     continue
-                registry = ToolRegistry(faulty_tools(db, task.fault))
-                if name.startswith("reflexa"):
-                    session = Session(model=model, store=store, experience=library)
-                    result = react(task.question, registry, session=session, max_steps=args.steps,
-                                   validator=validator(task.answer))
-                    recoveries = result.counters["recovery_steps"]
-                else:
-                    result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step",
-                                                  steps=args.steps, validate=validator(task.answer))
-                usage = result.total_usage
-                rows.append(
-                    {
-                        "strategy": name,
-                        "question": task.question,
-                        "fault": task.fault,
-                        "answer": result.output,
-                        "expected": task.answer,
-                        "success": correct(result.output, task.answer),
-                        "stop": result.stop_reason.value,
-                        "tokens": usage.total_tokens,
-                        "calls": usage.calls,
-                        "reflector_calls": result.usage.get("reflector").calls if "reflector" in result.usage else 0,
-                        "recoveries": recoveries,
-                        "counters": result.counters,
-                    }
-                )
+                done.append(run_task(name, task, db, model, store, library, args.steps))
                 with rows_path.open("a") as handle:
-                    handle.write(json.dumps(rows[-1], default=str) + "\n")
+                    handle.write(json.dumps(done[-1], default=str) + "\n")
+        for name in names:
+            rows = [r for r in done if r["strategy"] == name]
             summary = summarise(rows)
             if name.startswith("reflexa"):
                 hits = sum(r["counters"]["experience_hits"] for r in rows)

@@ -10,7 +10,9 @@ index, so a citation is correct when its (title, sentence) is among the question
   (c) reflexa       `research`: gated, query rules, distilled evidence, audited citations
 Reports exact match and F1 (SQuAD normalisation, on the answer with citations and markers stripped), how
 often the gold answer appears inside the answer (a small model rarely answers in exactly the gold words),
-citation precision and recall against supporting_facts, and tokens and calls per question.
+citation precision and recall against supporting_facts, and tokens and calls per question. Questions run
+one after another, every strategy in turn on each, so a run stopped part way compares them on the same
+questions; rows append as they finish and a rerun resumes from them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reflexa import Budget, Session, resolve_model
+from reflexa import Budget, Session, SQLiteStore, resolve_model
 from reflexa.evaluate.citations import cited
 from reflexa.loops import research_prompts as prompts
 from reflexa.loops.research import research
@@ -97,13 +99,33 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
     revised = run.call(
         Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision, max_tokens=700
     )
-    answer = revised.value.answer if revised is not None and revised.value is not None else draft.value.answer
+    answer = (prompts.with_citations(revised.value.answer, revised.value.evidence_used,
+                                     [e for _, e in evidence], question)
+              if revised is not None and revised.value is not None else draft.value.answer)
     result = run.finish(StopReason.PASSED, output=answer, best=answer, verdict=None, iterations=1)
     # A whole paragraph cited counts as its first sentence: the baseline cannot point any finer.
     return answer, [{"n": n, "title": e.title, "source": e.source} for n, e in evidence], result
 
 
 STRATEGIES = ("no-research", "every-time", "reflexa")
+
+
+def one_question(name: str, row: dict[str, Any], model: Any, store: SQLiteStore) -> dict[str, Any]:
+    """One strategy on one question: the row the report is built from."""
+    if name == "every-time":
+        answer, evidence, result = every_time(row["question"], row, model)
+    else:
+        result = research(row["question"], sentence_corpus(row), session=Session(model=model, store=store),
+                          max_rounds=0 if name == "no-research" else 2)
+        answer = result.details.get("answer") or answer_only(result.output or "")
+        evidence = result.details.get("evidence", [])
+    exact, f1, contains = em_f1_contains(answer, row["answer"])
+    good, made, gold = citation_scores(evidence, answer, row)
+    usage = result.total_usage
+    metrics = {"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
+               "tokens": usage.total_tokens, "calls": usage.calls}
+    return {"strategy": name, "id": row["id"], "stop": result.stop_reason.value, "answer": answer,
+            "metrics": metrics}
 
 
 def summarise(totals: Counter, n: int) -> dict[str, Any]:
@@ -137,38 +159,28 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # One row per (strategy, question), appended as it finishes: a rerun resumes where a run stopped.
     rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
+    store = SQLiteStore(args.out.with_suffix(".db"))  # reflexa's traces, to read with `reflexa show --trace`
     done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
         if rows_path.exists() else {}
-    for name in args.strategies.split(","):
-        totals: Counter = Counter()
-        for i, row in enumerate(rows, 1):
+    names = args.strategies.split(",")
+    # Question by question, every strategy in turn: a run stopped part way compares them on the same questions.
+    for i, row in enumerate(rows, 1):
+        for name in names:
             if (name, row["id"]) in done:
-                totals.update(done[(name, row["id"])]["metrics"])
                 continue
-            if name == "every-time":
-                answer, evidence, result = every_time(row["question"], row, model)
-            else:
-                result = research(
-                    row["question"],
-                    sentence_corpus(row),
-                    session=Session(model=model),
-                    max_rounds=0 if name == "no-research" else 2,
-                )
-                answer = result.details.get("answer") or answer_only(result.output or "")
-                evidence = result.details.get("evidence", [])
-            exact, f1, contains = em_f1_contains(answer, row["answer"])
-            good, made, gold = citation_scores(evidence, answer, row)
-            usage = result.total_usage
-            metrics = {"em": exact, "f1": f1, "contains": contains, "good": good, "cited": made, "gold": gold,
-                       "tokens": usage.total_tokens, "calls": usage.calls}
-            totals.update(metrics)
+            done[(name, row["id"])] = one_question(name, row, model, store)
             with rows_path.open("a") as handle:
-                handle.write(json.dumps({"strategy": name, "id": row["id"], "stop": result.stop_reason.value,
-                                         "answer": answer, "metrics": metrics}) + "\n")
-            print(f"  {name} {i}/{len(rows)} stop={result.stop_reason.value} f1={f1:.2f}", file=sys.stderr, flush=True)
-            # Written after every question, so a long run that is stopped keeps what it measured.
-            report["strategies"][name] = summary = summarise(totals, i)
-            args.out.write_text(json.dumps(report, indent=2))
+                handle.write(json.dumps(done[(name, row["id"])]) + "\n")
+            print(f"  {name} {i}/{len(rows)} stop={done[(name, row['id'])]['stop']} "
+                  f"f1={done[(name, row['id'])]['metrics']['f1']:.2f}", file=sys.stderr, flush=True)
+        # Written after every question, so a long run that is stopped keeps what it measured.
+        for name in names:
+            totals: Counter = Counter()
+            for r in rows[:i]:
+                totals.update(done[(name, r["id"])]["metrics"])
+            report["strategies"][name] = summarise(totals, i)
+        args.out.write_text(json.dumps(report, indent=2))
+    for name, summary in report["strategies"].items():
         print(
             f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
             f"{summary['answer_contained']:.2f}  citation P {summary['citation_precision']}  R "

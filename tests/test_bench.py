@@ -119,3 +119,42 @@ def test_threads_script(tmp_path, embedded):
     report = json.loads(out_file.read_text())
     assert [(r["threads"], r["neighbour"]) for r in report["runs"]] == [(1, "none"), (1, "one busy process")]
     assert "tok/s" in out and report["model"] == "local:smollm2"
+
+
+def test_plan_script_runs_every_strategy_and_resumes(tmp_path):
+    out_file = tmp_path / "plan.json"
+    out = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "2", "--out", str(out_file))
+    report = json.loads(out_file.read_text())
+    assert set(report["strategies"]) == {"react", "plan", "plan-planner"} and report["tasks"] == 4
+    plan = report["strategies"]["plan"]
+    assert plan["blocks_propagated"] == 2 and plan["blocked_uses"] == 0  # the fatal and the flaky task
+    assert [r["stop"] for r in plan["rows"]] == ["ANSWERED_UNVERIFIED"] * 4
+    assert report["strategies"]["react"]["rows"][0]["subgoals"] == 2 and "blocked tools used later 0" in out
+    again = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "2", "--out", str(out_file))
+    assert again.count("right  0/4") == 3  # resumed from the rows file: nothing runs twice
+    assert len((tmp_path / "plan-rows.jsonl").read_text().splitlines()) == 12
+
+
+def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path):
+    import importlib.util
+
+    from reflexa import Budget, Control, Lesson, ScriptedModel, SQLiteStore
+    from reflexa.loops.plan import Propagated
+    from reflexa.loops.react import Acted
+    from reflexa.runtime import Run
+    from reflexa.types import Result, StopReason
+
+    spec = importlib.util.spec_from_file_location("plan_bench", ROOT / "bench" / "plan.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["plan_bench"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    store = SQLiteStore(tmp_path / "t.db")
+    parent = Run("plan", "p", ScriptedModel([]), budget=Budget(), store=store)
+    first = Run("react", "one", ScriptedModel([]), budget=Budget(), store=store)
+    parent.record(Propagated("one", first.run_id, Lesson("s", "m", "c", "x", Control("block_tool", "prices"))))
+    later = Run("react", "two", ScriptedModel([]), budget=Budget(), store=store)
+    later.record(Acted(1, "t", 'prices({"item": "x"})', "12", True))
+    later.record(Acted(2, "t", 'prices({"item": "y"})', "ERROR BLOCKED", False, bench.ErrorCode.BLOCKED))
+    units = [{"run_id": first.run_id}, {"run_id": later.run_id}]
+    result = Result(None, None, None, StopReason.ERROR, {}, parent.run_id, details={"subgoals": units})
+    assert bench.blocked_uses(store, result) == (1, 1)

@@ -49,6 +49,7 @@ PUBLIC = [
     "ToolRegistry",
     "Usage",
     "Verdict",
+    "plan",
     "react",
     "refine",
     "research",

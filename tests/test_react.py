@@ -200,18 +200,34 @@ def test_reflection_quota():
     assert result.counters["reflector_calls"] == 2 and result.counters["quota_skips"] >= 1
 
 
-def test_repeated_action_is_a_signal():
+def test_a_repeated_read_only_call_asks_for_the_answer_by_rule():
+    lookup, _ = flaky_tool(0)
+    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good"), final("value of good")])
+    store = MemoryStore()
+    result = react("find it", [lookup], validator=accept, session=Session(model=model, store=store))
+    assert result.passed and result.counters["gate_signals"] == 1
+    assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 0
+    asked = [s for s in store.steps(result.run_id) if s.kind == "model_call"][-1]
+    assert "Give the final answer now" in asked.input["messages"][-1]["content"]
+
+
+def test_the_same_repeat_after_the_answer_was_asked_goes_to_reflection():
     lookup, _ = flaky_tool(0)
     model = ScriptedModel(
         [
             act("lookup", key="good"),
-            act("lookup", key="good", thought="again"),
-            lesson("lookup", "answer with the value you have"),
+            act("lookup", key="good"),
+            final("wrong"),  # asked by rule, rejected by the validator
+            lesson("wrong", "answer with the value of good"),
+            act("lookup", key="good"),  # the same repeat again: judgement now, not the same rule
+            lesson("value of good", "answer with the value of good"),
             final("value of good"),
         ]
     )
-    result = react("find it", [lookup], validator=accept, session=Session(model=model))
-    assert result.passed and result.counters["gate_signals"] == 1
+    result = react("find it", [lookup], validator=lambda a: None if a == "value of good" else "does not match",
+                   session=Session(model=model), max_steps=6)
+    assert result.passed
+    assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 2
 
 
 def test_low_confidence_is_a_signal():

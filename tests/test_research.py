@@ -147,6 +147,17 @@ def test_research_cites_retrieved_evidence_with_references(corpus):
     assert "<<<" in model.prompts[1][-1]["content"]  # evidence goes in as delimited data
 
 
+def test_evidence_named_as_used_is_cited_when_it_supports_what_the_answer_adds(corpus):
+    corpus, _ = corpus
+    first = draft("[UNCERTAIN: in France]", missing=["city of the Eiffel Tower"], queries=["Eiffel Tower height"])
+    revision = {**draft("The Eiffel Tower is in Paris."), "evidence_used": [2, 1, 1, 42]}
+    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=ScriptedModel([first, revision])))
+    assert [e["title"] for e in result.details["evidence"]] == ["Eiffel Tower", "Travel notes"]
+    # [1] holds "Paris", which the answer adds to the question; [2] does not; [42] names no evidence.
+    assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]"
+    assert result.stop_reason is StopReason.PASSED
+
+
 def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):
     corpus, _ = corpus
     model = ScriptedModel(

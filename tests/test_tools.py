@@ -178,6 +178,20 @@ def test_sql_unknown_column_suggests_a_close_match(shop):
     assert table.code is ErrorCode.NOT_FOUND and table.suggestion == {"table": "customers"}
 
 
+def test_sql_names_what_exists_when_nothing_is_close(shop):
+    wrong = ToolSession(ToolRegistry(sql_tools(shop))).call("query", {"sql": "SELECT price FROM tent"})
+    assert wrong.code is ErrorCode.NOT_FOUND and "tables: customers, order_items" in wrong.message
+
+
+def test_sql_text_filter_that_matches_nothing_names_the_closest_values(shop):
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    misspelt = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisboa'"})
+    note = "note: no row has city = 'Lisboa'; closest stored values: 'Lisbon'"
+    assert misspelt.ok and misspelt.output.splitlines() == ["count(*)", "0", note]
+    right = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisbon'"})
+    assert "note" not in right.output
+
+
 def test_sql_missing_database_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError):
         sql_tools(tmp_path / "none.sqlite")

@@ -6,8 +6,9 @@ into a short structured lesson, and retry within a hard budget.
     ...                 session=Session(store=SQLiteStore()))
     >>> result.stop_reason, result.best
 
-    >>> from reflexa import react, sql_tools
+    >>> from reflexa import plan, react, sql_tools
     >>> result = react("Which customer spent the most in 2024?", sql_tools("shop.sqlite"))
+    >>> result = plan("Which city does the top customer of 2024 live in?", sql_tools("shop.sqlite"))
 
 Names are loaded on first use, so `import reflexa` stays cheap (no pydantic, no llama.cpp).
 """
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # loops and what they share
     "Session": "reflexa.loops.session",
+    "plan": "reflexa.loops.plan",
     "react": "reflexa.loops.react",
     "refine": "reflexa.loops.refine",
     "research": "reflexa.loops.research",
@@ -122,6 +124,7 @@ if TYPE_CHECKING:
         RegexCheck,
     )
     from .evaluate.sandbox import Limits, Sandbox
+    from .loops.plan import plan
     from .loops.react import react
     from .loops.refine import refine
     from .loops.research import research

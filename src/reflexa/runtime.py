@@ -22,26 +22,36 @@ from .trace.store import MemoryStore, RunRecord, Store
 from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
-"""Called with ("run", RunStarted) when a run opens or reopens, ("call", role) before a model call,
-("token", text) while a reply streams where the backend can, ("status", text) while a check or tool runs,
-("step", Step) after each step is stored, and ("finish", Result) when the run is closed. An observer
-ignores the events it does not know: more may come."""
+"""Called with ("run", RunStarted) once the run is open in the store (new or resumed), ("call", role) before
+a model call, ("token", text) while a reply streams where the backend can, ("status", text) while a check
+or tool runs, ("step", Step) after each step is stored, and ("finish", Result) when the run is closed.
+An observer ignores events it does not know."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunStarted:
-    """What an observer hears when a run opens (or a stored one is resumed): a tracer opens its span here."""
+class RunStarted(str):
+    """What ("run", ...) carries: the run's id, as a plain string (what a live view or a batch worker
+    needs), with what a tracer needs to open the run's span besides."""
 
-    run_id: str
     loop: str
     task: str
     model: str
     started_at: float
     """Wall-clock seconds (time.time()), like a step's started_at."""
-    resumed: bool = False
+    resumed: bool
+
+    def __new__(cls, run_id: str, loop: str, task: str, model: str, started_at: float,
+                resumed: bool = False) -> RunStarted:
+        started = super().__new__(cls, run_id)
+        started.loop, started.task, started.model = loop, task, model
+        started.started_at, started.resumed = started_at, resumed
+        return started
+
+    @property
+    def run_id(self) -> str:
+        return str.__str__(self)
 
 
 @payload("model_call")
@@ -82,6 +92,7 @@ class Run:
         """Start a run, or with `resume=RUN_ID` reopen a stored one: its step numbering and the usage its
         stored steps already spent carry on; its steps are in `self.resumed_steps`."""
         self.model = model
+        self.loop, self.task, self.resumed = loop, task, resume is not None
         self.meter = Meter(budget, clock)
         self.store: Store = store if store is not None else MemoryStore()
         self.observer = observer
@@ -95,7 +106,6 @@ class Run:
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget, **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
-            self._announce(loop, task, resumed=False)
             return
         record = self.store.get_run(resume)
         if record is None:
@@ -112,11 +122,13 @@ class Run:
         for step in self.resumed_steps:
             if step.role and step.usage.calls:
                 self.meter.record(step.role, step.usage)
-        self._announce(loop, task, resumed=True)
 
-    def _announce(self, loop: str, task: str, *, resumed: bool) -> None:
+    def announce(self) -> None:
+        """Tell the observer the run is open ("run", RunStarted: the run's id, with its loop, task and
+        model): a live view names it before any step, a tracer opens the run's span."""
         if self.observer:
-            self.observer("run", RunStarted(self.run_id, loop, task, self.model.name, time.time(), resumed))
+            self.observer("run", RunStarted(self.run_id, self.loop, self.task, self.model.name, time.time(),
+                                            self.resumed))
 
     def record(self, data: Payload, role: Role | str | None = None, *, input: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
@@ -148,8 +160,10 @@ class Run:
             if self.observer:
                 self.observer("call", role)
             started = time.time()
+            observer = self.observer
             completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
-                                             temperature=temperature)
+                                             temperature=temperature,
+                                             on_token=(lambda text: observer("token", text)) if observer else None)
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
 from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
+from .output import Output
 
 if TYPE_CHECKING:
     from ..types import Budget, Result
@@ -35,9 +36,15 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      "local:smollm2, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
                      "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
                      show_default=False)]
-TraceOpt = Annotated[Path | None, typer.Option("--trace", help="Trace store file. Default: $REFLEXA_TRACE, else "
-                     "trace.db in the user data directory.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")]
+TraceOpt = Annotated[str | None, typer.Option("--trace", help="Trace store: a SQLite file, or a postgresql:// URL "
+                     "(pip install 'reflexa[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
+                     "directory.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as one JSON document at the end "
+                    "(a live line still shows on stderr when it is a terminal).")]
+JsonlOpt = Annotated[bool, typer.Option("--jsonl", help="Stream one JSON object a line to stdout: the run's id, "
+                     "each step as it is stored, then the result.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No live line and no steps; one summary line at "
+                     "the end.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")]
 
 
@@ -47,16 +54,19 @@ def clean_errors() -> Iterator[None]:
     try:
         yield
     except ReflexaError as exc:
-        errors.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False)
         if exc.hint:
-            errors.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+            errors.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # outside a run (a run's own Ctrl-C is handled by run_cli)
+        errors.print("interrupted")
+        raise typer.Exit(130) from None
 
 
-def open_store(path: Path | None):  # noqa: ANN201 - SQLiteStore, imported lazily
-    from ..trace.sqlite import SQLiteStore
+def open_store(target: str | None):  # noqa: ANN201 - a Store, imported lazily
+    from ..trace.open import open_store as open_trace
 
-    return SQLiteStore(path)
+    return open_trace(target)
 
 
 EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
@@ -64,40 +74,71 @@ EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 
 2 is bad input."""
 
 
+def output(as_json: bool, jsonl: bool, quiet: bool, verbose: bool) -> Output:
+    """A command's output flags, checked: --json and --jsonl exclude each other."""
+    if as_json and jsonl:
+        raise ConfigError("--json and --jsonl exclude each other",
+                          hint="--json prints one document at the end, --jsonl a line per step")
+    return Output(json=as_json, jsonl=jsonl, quiet=quiet, verbose=verbose)
 
 
-
-
-def session_for(model: str | None, trace: Path | None, *, as_json: bool, verbose: bool, experience: bool = False):  # noqa: ANN201
-    """The Session a command runs in: the model, the store, a live view unless --json."""
+def session_for(model: str | None, trace: str | None, out: Output, *, experience: bool = False,  # noqa: ANN201
+                view: type | None = None):
+    """The Session a command runs in (model, store, the observers `out` asks for) and its run tracker.
+    `view` is the live view's class (a LiveView; PlanView for plan)."""
     from ..loops import Session
     from ..models.spec import resolve
     from ..reflect import ExperienceLibrary
-    from .render import LiveView
+    from .live import chain, observer_for
 
-    store = open_store(trace)
-    return Session(model=resolve(model), store=store, observer=None if as_json else LiveView(console, verbose=verbose),
-                   experience=ExperienceLibrary(store) if experience else None)
+    tracker = observer_for(out, console, errors, view=view)
+    observer = chain(tracker)
+    observer("status", "starting")  # the live line shows up now, not after the model has loaded
+    try:
+        store = open_store(trace)
+        session = Session(model=resolve(model), store=store, observer=observer,
+                          experience=ExperienceLibrary(store) if experience else None)
+    except BaseException:
+        _stop_view(tracker)  # a bad model spec or store: the error must not print under a live line
+        raise
+    return session, tracker
 
 
-def run_cli(session, run):  # noqa: ANN001, ANN201
-    """Run a loop under the live view; Ctrl-C says how to resume."""
-    from ..errors import RunInterrupted
+def run_cli(session, tracker, run, out: Output):  # noqa: ANN001, ANN201
+    """Run a loop under the live view, in a worker thread; Ctrl-C stops it within a second, stores it as
+    interrupted and says how to resume it (exit 130)."""
+    from .live import hard_exit, run_in_worker
+
+    def interrupted(run_id: str | None, left_behind: bool) -> NoReturn:
+        _stop_view(tracker)
+        record = session.store.get_run(run_id) if run_id is not None else None
+        if run_id is None:
+            errors.print("interrupted before a run started; nothing was stored")
+        elif record is not None and record.loop == "trials" and tracker.seen[-1] != run_id:
+            # `reflexa resume` takes refine, react and research runs: name the trial that was under way.
+            trial = tracker.seen[-1]
+            errors.print(f"interrupted: trials run {run_id[:12]} and its current trial, run {trial[:12]}, are stored "
+                         f"as interrupted. Continue the trial with:\n  reflexa resume {trial[:12]}",
+                         highlight=False, soft_wrap=True)
+        else:
+            errors.print(f"interrupted: run {run_id[:12]} is stored as interrupted. Continue it with:\n"
+                         f"  reflexa resume {run_id[:12]}", highlight=False, soft_wrap=True)
+        if record is not None and record.result is not None and (out.json or out.jsonl):
+            data = {"event": "result", **record.result} if out.jsonl else record.result  # still one document
+            print(json.dumps(data, default=str, indent=None if out.jsonl else 2), flush=True)
+        if left_behind:
+            hard_exit(130)
+        raise typer.Exit(130)
 
     try:
-        return run()
-    except RunInterrupted as exc:
-        _stop_view(session)
-        errors.print(f"interrupted: run {exc.run_id[:12]} is stored as interrupted. Continue it with:\n"
-                     f"  reflexa resume {exc.run_id[:12]}", highlight=False)
-        raise typer.Exit(130) from None
+        return run_in_worker(run, tracker=tracker, store=session.store, on_interrupt=interrupted)
     finally:
-        _stop_view(session)
+        _stop_view(tracker)
 
 
-def _stop_view(session) -> None:  # noqa: ANN001
-    if session.observer is not None:
-        session.observer.stop_spinner()
+def _stop_view(tracker) -> None:  # noqa: ANN001
+    if tracker.view is not None:
+        tracker.view.close()
 
 
 def refine_checks(*, tests: Path | None, check: str | None, out: str | None, judge: bool, timeout: float) -> list:
@@ -138,6 +179,8 @@ def refine(
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
     as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
@@ -145,6 +188,8 @@ def refine(
     with clean_errors():
         from ..loops.refine import refine as run_refine
         from ..types import Budget
+
+        out_mode = output(as_json, jsonl, quiet, verbose)
 
         if context not in ("latest", "full"):
             raise ConfigError(f"--context must be latest or full, not {context!r}")
@@ -156,28 +201,32 @@ def refine(
         cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
                "judge": judge, "timeout": timeout, "cwd": str(Path.cwd())}
         checks = refine_checks(tests=tests, check=check, out=out_name, judge=judge, timeout=timeout)
-        session = session_for(model, trace, as_json=as_json, verbose=verbose)
+        session, tracker = session_for(model, trace, out_mode)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
-        result = run_cli(session, lambda: run_refine(text, checks, session=session, budget=budget,
-                                                     max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
-                                                     explain=explain, meta={"cli": cli}))
+        result = run_cli(session, tracker, lambda: run_refine(text, checks, session=session, budget=budget,
+                                                              max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
+                                                              explain=explain, meta={"cli": cli}), out_mode)
         if target is not None and result.best is not None:
             write_out(target, result.best)
-            if not as_json:
+            if not (out_mode.json or out_mode.jsonl):
                 console.print(f"best candidate written to {out}")
-        _finish_cli(result, as_json=as_json)
+        _finish_cli(result, out_mode)
 
 
-def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imported lazily
+def _finish_cli(result, out: Output) -> None:  # noqa: ANN001 - Result, imported lazily
     """Print a result and exit with the code that says how it ended."""
-    from .render import print_summary
+    from .render import print_summary, summary_line
 
-    if as_json:
+    if out.json:
         print(json.dumps(result.to_dict(), default=str, indent=2))
+    elif out.jsonl:
+        print(json.dumps({"event": "result", **result.to_dict()}, default=str), flush=True)
+    elif out.quiet:
+        console.print(summary_line(result), highlight=False, soft_wrap=True)
     else:
         print_summary(console, result)
-        if result.error:
-            errors.print(f"[bold red]error:[/bold red] {escape(result.error)}", highlight=False)
+    if result.error and not (out.json or out.jsonl):
+        errors.print(f"[bold red]error:[/bold red] {escape(result.error)}", highlight=False)
     code = EXIT_CODES.get(str(result.stop_reason), 3)
     if code:
         raise typer.Exit(code)
@@ -185,15 +234,15 @@ def _finish_cli(result, *, as_json: bool) -> None:  # noqa: ANN001 - Result, imp
 
 
 def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
-               trials_count: int, validate: str | None, experience: bool, as_json: bool, verbose: bool,
-               trace: Path | None, resume: str | None = None) -> Result:
+               trials_count: int, validate: str | None, experience: bool, out: Output,
+               trace: str | None, resume: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
 
     registry = ToolRegistry(sql_tools(db, write=write))
     validator = sql_validator(db, validate) if validate is not None else None
-    session = session_for(model, trace, as_json=as_json, verbose=verbose, experience=experience)
+    session, tracker = session_for(model, trace, out, experience=experience)
     meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate}
 
     def one(lessons=(), left=budget, resumed=None):  # noqa: ANN001, ANN202
@@ -201,9 +250,9 @@ def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: B
                          lessons=lessons, meta=meta, resume=resumed)
 
     if trials_count <= 1 or resume:
-        return run_cli(session, lambda: one(resumed=resume))
-    return run_cli(session, lambda: run_trials(goal, lambda lessons, left: one(lessons, left), session=session,
-                                               max_trials=trials_count, budget=budget))
+        return run_cli(session, tracker, lambda: one(resumed=resume), out)
+    return run_cli(session, tracker, lambda: run_trials(goal, lambda lessons, left: one(lessons, left),
+                                                        session=session, max_trials=trials_count, budget=budget), out)
 
 
 @app.command()
@@ -227,6 +276,8 @@ def react(
                             "last one's failure; one budget covers them all.")] = 1,
     experience: Annotated[bool, typer.Option(help="Reuse and record repairs in the experience library.")] = True,
     as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
@@ -234,13 +285,77 @@ def react(
     with clean_errors():
         from ..types import Budget
 
+        out = output(as_json, jsonl, quiet, verbose)
         check_database(db)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
                         max_reflections=max_reflections)
         result = _react_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
-                            trials_count=trials_count, validate=validate, experience=experience, as_json=as_json,
-                            verbose=verbose, trace=trace)
-        _finish_cli(result, as_json=as_json)
+                            trials_count=trials_count, validate=validate, experience=experience, out=out,
+                            trace=trace)
+        _finish_cli(result, out)
+
+
+
+# --- plan: a goal tree over react units ------------------------------------------------------------------
+
+
+def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
+              plan_file: Path | None, validate: str | None, replan: bool, out: Output,
+              trace: str | None, resume: str | None = None) -> Result:
+    from ..loops.plan import plan as run_plan
+    from ..tools import ToolRegistry, sql_tools
+    from .render import PlanView
+
+    registry = ToolRegistry(sql_tools(db, write=write))
+    if plan_file is not None:
+        read_text_file(plan_file, "plan file")
+    validator = sql_validator(db, validate) if validate is not None else None
+    # The tree and its statuses; the units' own steps with --verbose.
+    session, tracker = session_for(model, trace, out, experience=True, view=PlanView)
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate, "replan": replan}
+    return run_cli(session, tracker, lambda: run_plan(goal, registry, session=session, budget=budget, tree=plan_file,
+                                                      max_steps=max_steps, validator=validator, db=db, replan=replan,
+                                                      meta=meta, resume=resume), out)
+
+
+@app.command("plan")
+def plan_cmd(
+    goal: Annotated[str, typer.Argument(help="The top-level goal.")],
+    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="A goal tree as JSON (skips the planner): "
+                         '{"goal", "facts", "subgoals": [{"name", "task", "depends_on", "tools", "check"}]}.',
+                         show_default=False)] = None,
+    validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer (of every sub-goal "
+                        "no other depends on), as for react --validate.", show_default=False)] = None,
+    write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
+                     "tool).")] = False,
+    model: ModelOpt = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="Steps each sub-goal takes at most.")] = 8,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget over the whole tree.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget over the whole tree.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
+    replan: Annotated[bool, typer.Option(help="Rewrite a failed sub-goal once before skipping its "
+                      "dependents.")] = True,
+    as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Break a goal into a tree of sub-goals and run each as a react unit, in dependency order, with one
+    budget, shared memory and blocks learnt in one unit applied to the later ones."""
+    with clean_errors():
+        from ..types import Budget
+
+        out = output(as_json, jsonl, quiet, verbose)
+        check_database(db)
+        if not goal.strip():
+            raise ConfigError("the goal is empty")
+        budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
+        result = _plan_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
+                           plan_file=plan_file, validate=validate, replan=replan, out=out, trace=trace)
+        _print_answer(result, out)
+        _finish_cli(result, out)
 
 
 
@@ -249,36 +364,46 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
     model: ModelOpt = None,
     as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
-    """Continue a killed or interrupted run (refine, react or research) from its last stored step, without
-    repeating a side-effecting tool."""
+    """Continue a killed or interrupted run (refine, react or research) from its last stored step, without repeating a side-effecting tool."""  # noqa: E501 - one line: rich keeps a docstring's line breaks
     with clean_errors():
         from ..types import Budget
 
+        out = output(as_json, jsonl, quiet, verbose)
         record = find_run(open_store(trace), run_id)
         if record.status == "finished":
             raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
         meta = record.meta
         budget_data = {k: v for k, v in (meta.get("budget") or {}).items() if k in Budget.__dataclass_fields__}
         budget = Budget(**budget_data)
-        if record.loop == "react" and meta.get("toolset") == "sql":
+        if "parent" in meta:
+            raise ConfigError(f"run {record.run_id[:12]} is sub-goal {meta.get('subgoal')} of a plan",
+                              hint=f"resume the plan: reflexa resume {str(meta['parent'])[:12]}")
+        if record.loop == "plan" and meta.get("toolset") == "sql":
+            result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+                               budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
+                               validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
+                               trace=trace, resume=record.run_id)
+        elif record.loop == "react" and meta.get("toolset") == "sql":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
-                                validate=meta.get("validate"), experience=True, as_json=as_json, verbose=verbose,
+                                validate=meta.get("validate"), experience=True, out=out,
                                 trace=trace, resume=record.run_id)
         elif record.loop == "refine" and "cli" in meta:
-            result = _resume_refine(record, model, budget, as_json=as_json, verbose=verbose, trace=trace)
+            result = _resume_refine(record, model, budget, out=out, trace=trace)
         elif record.loop == "research" and "cli" in meta:
-            result = _resume_research(record, model, budget, as_json=as_json, verbose=verbose, trace=trace)
+            result = _resume_research(record, model, budget, out=out, trace=trace)
         else:
             raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
                               hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")
-        _finish_cli(result, as_json=as_json)
+        _finish_cli(result, out)
 
 
-def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     import os
 
     from ..loops.refine import refine as run_refine
@@ -287,30 +412,32 @@ def _resume_refine(record, model, budget, *, as_json: bool, verbose: bool, trace
     os.chdir(cli["cwd"])  # --check and --tests were given relative to where the run started
     checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
                            judge=cli["judge"], timeout=cli["timeout"])
-    session = session_for(model or record.meta.get("model"), trace, as_json=as_json, verbose=verbose)
-    return run_cli(session, lambda: run_refine(record.task, checks, session=session, budget=budget,
-                                               max_attempts=record.meta.get("bound", 3),
-                                               context=record.meta.get("context", "latest"),
-                                               meta={"cli": cli}, resume=record.run_id))
+    session, tracker = session_for(model or record.meta.get("model"), trace, out)
+    return run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
+                                                        max_attempts=record.meta.get("bound", 3),
+                                                        context=record.meta.get("context", "latest"),
+                                                        meta={"cli": cli}, resume=record.run_id), out)
 
 
-def _resume_research(record, model, budget, *, as_json: bool, verbose: bool, trace: Path | None):  # noqa: ANN001, ANN202
+def _resume_research(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     from ..loops.research import research as run_research
     from ..search import SearchCache
 
     cli = record.meta["cli"]
-    session = session_for(model or record.meta.get("model"), trace, as_json=as_json, verbose=verbose)
     backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
-    result = run_cli(session, lambda: run_research(record.task, backend, session=session, budget=budget,
-                                                   max_rounds=record.meta.get("bound", 2),
-                                                   cache=SearchCache(session.store), meta={"cli": cli},
-                                                   resume=record.run_id))
-    _print_answer(result, as_json=as_json)
+    session, tracker = session_for(model or record.meta.get("model"), trace, out)
+    result = run_cli(session, tracker, lambda: run_research(record.task, backend, session=session, budget=budget,
+                                                            max_rounds=record.meta.get("bound", 2),
+                                                            cache=SearchCache(session.store), meta={"cli": cli},
+                                                            resume=record.run_id), out)
+    _print_answer(result, out)
     return result
 
 
 def find_run(store, run_id: str):  # noqa: ANN001, ANN201
     """A run by id or unique prefix; distinct errors for an unknown id and an ambiguous prefix."""
+    if not run_id.strip():
+        raise ConfigError("no run id given", hint="list runs with `reflexa runs`")
     matches = store.find_runs(run_id)
     if not matches:
         raise ConfigError(f"no run has an id starting with {run_id!r}", hint="list runs with `reflexa runs`")
@@ -347,8 +474,8 @@ def search_backend(search: str, corpus: Path | None):  # noqa: ANN201
     return web_backend(search)
 
 
-def _print_answer(result, *, as_json: bool) -> None:  # noqa: ANN001
-    if not as_json and result.output:
+def _print_answer(result, out: Output) -> None:  # noqa: ANN001
+    if not (out.json or out.jsonl) and result.output:
         console.rule("answer")
         console.print(result.output, highlight=False, markup=False)
 
@@ -364,6 +491,8 @@ def research_cmd(
                                             help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
@@ -373,20 +502,65 @@ def research_cmd(
         from ..search import SearchCache
         from ..types import Budget
 
+        out = output(as_json, jsonl, quiet, verbose)
+
         if not question.strip():
             raise ConfigError("the question is empty")
         backend = search_backend(search, corpus)
-        session = session_for(model, trace, as_json=as_json, verbose=verbose)
+        session, tracker = session_for(model, trace, out)
         cli = {"search": search, "corpus": str(corpus.resolve()) if corpus else None}
-        result = run_cli(session, lambda: research(question, backend, session=session, max_rounds=max_rounds,
-                                                   budget=Budget(max_tokens=max_tokens),
-                                                   cache=SearchCache(session.store), meta={"cli": cli}))
-        _print_answer(result, as_json=as_json)
-        _finish_cli(result, as_json=as_json)
+        result = run_cli(session, tracker, lambda: research(question, backend, session=session, max_rounds=max_rounds,
+                                                            budget=Budget(max_tokens=max_tokens),
+                                                            cache=SearchCache(session.store), meta={"cli": cli}), out)
+        _print_answer(result, out)
+        _finish_cli(result, out)
+
+
+@app.command("batch")
+def batch_cmd(
+    tasks: Annotated[Path, typer.Argument(help="A JSONL file, one task a line (see the README's task-line schema).")],
+    loop: Annotated[str, typer.Option("--loop", "-l", help="The loop every task runs: refine, react or research.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=1024, help="Tasks at once.")] = 4,
+    executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="A Ray cluster to run on (default: a local Ray).",
+                       show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The results file (JSONL). Default: "
+                   "TASKS.results.jsonl beside the tasks file.", show_default=False)] = None,
+    model: ModelOpt = None,
+    connections: Annotated[int | None, typer.Option(min=1, help="Model calls in flight at most per backend in one "
+                           "process (default: as many as --concurrency).", show_default=False)] = None,
+    experience: Annotated[bool, typer.Option(help="Tasks share the experience library.")] = True,
+    governor: Annotated[bool, typer.Option(help="Let the ROI governor cut retries that do not pay.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget of each task.")] = None,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget of each task.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="No progress bar; print the summary as JSON.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Run every task of a JSONL file with concurrent workers on one store. Results go to the store and the
+    results file; the same command again skips finished tasks and resumes interrupted ones."""
+    import os
+
+    from ..trace.sqlite import default_path
+    from .batch import run as run_batch_cli
+
+    with clean_errors():
+        if executor not in ("local", "ray"):
+            raise ConfigError(f"--executor must be local or ray, not {executor!r}")
+        if address is not None and executor != "ray":
+            raise ConfigError("--address needs --executor ray")
+        budget = {k: v for k, v in (("max_tokens", max_tokens), ("max_calls", max_calls)) if v is not None}
+        store = trace or os.environ.get("REFLEXA_TRACE") or str(default_path())
+        code = run_batch_cli(tasks, loop, store=store, out=out, console=console, errors=errors, as_json=as_json,
+                             model=model, concurrency=concurrency, executor=executor, address=address,
+                             connections=connections, experience=experience, governor=governor, budget=budget)
+    raise typer.Exit(code)
 
 
 @app.command("experience")
-def experience_cmd(trace: TraceOpt = None) -> None:
+def experience_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the entries as JSON.")] = False,
+    trace: TraceOpt = None,
+) -> None:
     """The repairs the experience library has learned: trigger, repair, hits, success rate."""
     with clean_errors():
         from datetime import datetime
@@ -395,11 +569,15 @@ def experience_cmd(trace: TraceOpt = None) -> None:
 
         from ..reflect import ExperienceLibrary
 
+        entries = sorted(ExperienceLibrary(open_store(trace)).entries(), key=lambda e: -e.last_used)
+        if as_json:
+            print(json.dumps([dataclasses.asdict(e) for e in entries], default=str, indent=2))
+            return
         table = Table("trigger", "repair", "hits", "success rate", "created", "last used")
-        for entry in sorted(ExperienceLibrary(open_store(trace)).entries(), key=lambda e: -e.last_used):
+        for entry in entries:
             tried = entry.successes + entry.failures
             rate = f"{entry.successes / tried:.0%} of {tried}" if tried else "untried"
-            table.add_row(entry.fingerprint[:70], entry.lesson["correction"][:70], str(entry.hits),
+            table.add_row(escape(entry.fingerprint[:70]), escape(entry.lesson["correction"][:70]), str(entry.hits),
                           rate + (" (demoted)" if entry.demoted else ""),
                           datetime.fromtimestamp(entry.created_at).strftime("%Y-%m-%d %H:%M"),
                           datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M"))
@@ -407,56 +585,78 @@ def experience_cmd(trace: TraceOpt = None) -> None:
 
 
 @app.command()
-def runs(limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20, trace: TraceOpt = None) -> None:
-    """List stored runs, newest first."""
+def runs(
+    limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
+    loop: Annotated[str | None, typer.Option("--loop", help="Only runs of this loop: refine, react, research, "
+                    "trials.", show_default=False)] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status (running, stale, "
+                      "finished, interrupted) or stop reason (PASSED, ...). stale: stored as running, but its "
+                      "process is gone.", show_default=False)] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only runs started since: an age (30m, 2h, 3d, "
+                     "1w) or a date (2026-11-30, 2026-11-30T14:00).", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as a JSON list.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """List stored runs, newest first: status, start, duration, model, tokens and task."""
     with clean_errors():
-        from datetime import datetime
+        from .browse import parse_since, parse_status, run_data, runs_table, select_runs
 
-        from rich.table import Table
-
-        table = Table("run", "loop", "started", "stop reason", "tokens", "task")
-        for record in open_store(trace).runs(limit):
-            tokens = (record.result or {}).get("total_usage", {})
-            table.add_row(record.run_id[:12], record.loop,
-                          datetime.fromtimestamp(record.started_at).strftime("%Y-%m-%d %H:%M:%S"),
-                          record.stop_reason or record.status,
-                          str(tokens.get("input_tokens", 0) + tokens.get("output_tokens", 0)),
-                          record.task.strip().splitlines()[0][:60] if record.task.strip() else "")
-        console.print(table)
+        wanted = parse_status(status) if status is not None else None
+        start = parse_since(since) if since is not None else None
+        rows = select_runs(open_store(trace), limit=limit, loop=loop, status=wanted, since=start)
+        if as_json:
+            print(json.dumps([run_data(record, shown) for record, shown in rows], indent=2))
+        elif not rows:
+            filtered = loop is not None or status is not None or since is not None
+            console.print("no runs match" if filtered else "no runs stored yet", highlight=False)
+        else:
+            console.print(runs_table(rows, console.width))
 
 
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Show whole candidates and observations.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Show whole candidates, observations and the task.")] = False,
     trace: TraceOpt = None,
 ) -> None:
-    """Print one run step by step."""
+    """Print one run step by step, with timestamps, its answer and how to continue it if unfinished."""
     with clean_errors():
-        from .render import View, counters_line, usage_table
+        from .browse import show_run
 
         store = open_store(trace)
         record = find_run(store, run_id)
-        steps = store.steps(record.run_id)
         if as_json:
-            print(json.dumps({"run": dataclasses.asdict(record), "steps": [s.to_dict() for s in steps]},
-                             default=str, indent=2))
+            print(json.dumps({"run": dataclasses.asdict(record),
+                              "steps": [s.to_dict() for s in store.steps(record.run_id)]}, default=str, indent=2))
             return
-        console.print(f"[bold]run {record.run_id}[/bold] ({record.loop}, model {record.meta.get('model')})")
-        console.print(f"task: {record.task.strip()[:500]}")
-        view = View(console, verbose=True, full=full, timestamps=True)
-        for step in steps:
-            view.step(step)
-        if record.result:
-            console.print(usage_table(record.result["usage"]))
-            for note in record.result.get("notes", []):
-                console.print(f"[yellow]{note}[/yellow]")
-            if line := counters_line(record.result.get("counters", {})):
-                console.print(line)
-        if record.status != "finished":
-            console.print(f"[yellow]this run is {record.status}[/yellow]; continue it with: "
-                          f"reflexa resume {record.run_id[:12]}", highlight=False)
+        show_run(console, store, record, full=full)
+
+
+@app.command("ui")
+def ui_cmd(
+    trace: TraceOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but a loopback address shows "
+                                      "every prompt and answer in the trace to the network, with no password.")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8765,
+) -> None:
+    """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
+    with clean_errors():
+        import os
+
+        from ..trace.postgres import is_url
+        from ..trace.sqlite import default_path
+        from ..ui.server import is_loopback, serve
+
+        if not is_loopback(host):
+            errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
+                         "reads the whole trace", highlight=False)
+        if is_url(trace or os.environ.get("REFLEXA_TRACE")):
+            raise ConfigError("reflexa ui reads a SQLite trace file; a PostgreSQL store is not supported yet")
+        path = Path(trace) if trace else default_path()
+        serve(path, host=host, port=port,
+              on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
 
 
 @app.command()
@@ -485,11 +685,27 @@ def models(
         console.print(named)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"reflexa {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    pass
+
+
 def main() -> None:
     try:
         app()
-    except KeyboardInterrupt:
-        errors.print("interrupted; the steps so far are in the trace store")
+    except KeyboardInterrupt:  # typer turns Ctrl-C into exit 130 itself; this is for an interrupt it misses
+        errors.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - a bug in reflexa: one line, not a traceback; the run is stored as ERROR
         errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}")

@@ -4,8 +4,6 @@ one ConfigError (one line and a hint, exit 2), never a traceback, and never afte
 from __future__ import annotations
 
 import os
-import sqlite3
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,30 +70,11 @@ def write_out(path: Path, text: str) -> None:
 def sql_validator(db: Path, validate: str) -> Callable[[str], str | None]:
     """--validate: an SQL query (SELECT/WITH) that must return a row, with the answer bound to :answer,
     or a shell command that must exit 0, with the answer in $REFLEXA_ANSWER."""
-    is_sql = validate.lstrip().split(None, 1)[0].upper() in ("SELECT", "WITH") if validate.strip() else False
+    from ..evaluate.answer import answer_validator
+
     if not validate.strip():
         raise ConfigError("--validate is empty")
-
-    def check_sql(answer: str) -> str | None:
-        try:
-            with sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True) as conn:
-                params = {"answer": answer} if ":answer" in validate else {}
-                row = conn.execute(validate, params).fetchone()
-        except sqlite3.Error as exc:
-            return f"the validation query failed: {exc}"
-        return None if row is not None else "the validation query returned no row for this answer"
-
-    def check_command(answer: str) -> str | None:
-        try:
-            done = subprocess.run(validate, shell=True, capture_output=True, text=True, timeout=30,
-                                  env={**os.environ, "REFLEXA_ANSWER": answer})
-        except subprocess.TimeoutExpired:
-            return "the validation command timed out after 30 s"
-        if done.returncode == 0:
-            return None
-        return f"the validation command exited {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
-
-    return check_sql if is_sql else check_command
+    return answer_validator(validate, db)
 
 
 def check_database(db: Path) -> None:

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
 from rich.markup import escape
-from rich.status import Status as Spinner
+from rich.spinner import Spinner as RichSpinner
 from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
 
+from ..loops.plan import PlanMade, Propagated, UnitStatus
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
@@ -132,6 +139,25 @@ class View:
     def note(self, step: Step, n: Flag | NoProgress) -> None:
         self.console.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
+    def plan_made(self, step: Step, p: PlanMade) -> None:
+        if p.errors:
+            self.console.print(f"[magenta]planner re-asked[/magenta]: {escape('; '.join(p.errors))}")
+        if p.checkpoint is not None:
+            self.console.rule(f"goal tree ({p.source})")
+            self.console.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
+
+    def unit_status(self, step: Step, u: UnitStatus) -> None:
+        mark, style = UNIT_MARKS.get(u.status, ("·", "dim"))
+        said = f": {escape(u.answer[:200])}" if u.answer and u.status in ("passed", "answered") else ""
+        why = f" — {escape(u.reason[:200])}" if u.reason and u.status not in ("passed", "answered") else ""
+        self.console.print(f"[{style}]{mark} {escape(u.name)} {u.status}[/]{said}{why}")
+
+    def propagated(self, step: Step, p: Propagated) -> None:
+        c = p.lesson.control
+        what = f"{c.kind} {c.tool}" + (f"({c.arg}={c.value!r})" if c and c.arg else "") if c else "lesson"
+        self.console.print(f"[cyan]propagated from {escape(p.origin)}[/cyan]: {escape(what)} — "
+                           f"{escape(p.lesson.correction)}")
+
     def checkpoint(self, step: Step, c: Checkpoint) -> None:
         pass  # state for a resume, not for reading
 
@@ -144,36 +170,160 @@ RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
     ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
     Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
     Flag: View.note, NoProgress: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
+    PlanMade: View.plan_made, UnitStatus: View.unit_status, Propagated: View.propagated,
 }
 """One renderer per step kind; a test checks every registered kind has one."""
 
 
-class LiveView(View):
-    """An observer for a running loop: a status line while the model, a check or a tool works, then each
-    step as it lands."""
+LIVE_REFRESH = 4
+"""Redraws of the live line per second, on a timer: elapsed time moves even while nothing arrives."""
+TAIL_CHARS = 160
+"""Characters of a streaming reply kept for the live line (its last line is shown, cut to the width)."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+
+@dataclass(slots=True)
+class Activity:
+    """What runs now, for the live line: a model call (streamed tokens counted) or a check or tool."""
+
+    label: str
+    started: float
+    model: bool = False
+    tokens: int = 0
+    tail: str = ""
+
+
+class LiveView(View):
+    """An observer for a running loop: each step as it lands and, below them, one live line redrawn
+    LIVE_REFRESH times a second: what runs (a model call, a check, a tool), for how long, and for a model
+    call the tokens so far, tokens per second and the tail of the streamed text. With `steps=False`
+    only the live line is shown (for --json and --jsonl, on stderr). Thread-safe: events may come from
+    a worker thread while the timer redraws."""
+
+    def __init__(self, console: Console, *, verbose: bool = False, steps: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(console, verbose=verbose)
-        self.spinner: Spinner | None = None
+        self.show_steps = steps
+        self.clock = clock
+        self.started = clock()
+        self.run_id: str | None = None
+        self.activity: Activity | None = None
+        self.calls = 0
+        self._lock = threading.Lock()
+        """Guards the state `line()` reads; never held while printing (see __call__)."""
+        self._live_lock = threading.Lock()
+        self._live: Live | None = None
+        self._closed = False
+        self._spinner = RichSpinner("dots", style="cyan")
 
     def __call__(self, event: str, data: Any) -> None:
-        if event == "call":
-            self._status(f"{data} is working…")
-        elif event == "status":
-            self._status(str(data))
-        elif event == "step":
-            self.stop_spinner()
+        # State changes under the view's lock; printing outside it. The Live's timer thread holds the
+        # Live's lock while it asks for `line()` (the view's lock), and printing takes the Live's lock:
+        # holding both here, in the other order, would deadlock.
+        with self._lock:
+            if event == "run":
+                self.run_id = str(data)
+            elif event == "call":
+                self.calls += 1
+                self.activity = Activity(str(data), self.clock(), model=True)
+            elif event == "token" and self.activity is not None and self.activity.model:
+                self.activity.tokens += 1
+                self.activity.tail = (self.activity.tail + str(data))[-TAIL_CHARS:]
+            elif event == "status":
+                self.activity = Activity(str(data), self.clock())
+            elif event == "step":
+                self.activity = None
+            elif event != "token":
+                return  # an event this view does not know
+        if event == "step" and self.show_steps:
             self.step(data)
+        self._start()
 
-    def _status(self, text: str) -> None:
-        self.stop_spinner()
-        self.spinner = self.console.status(escape(text))
-        self.spinner.start()
+    def _start(self) -> None:
+        with self._live_lock:
+            if self._live is None and not self._closed and self.console.is_terminal:
+                self._live = Live(self, console=self.console, refresh_per_second=LIVE_REFRESH, transient=True,
+                                  redirect_stdout=False, redirect_stderr=False)
+                self._live.start()
 
-    def stop_spinner(self) -> None:
-        if self.spinner is not None:
-            self.spinner.stop()
-            self.spinner = None
+    def close(self) -> None:
+        """Take the live line down for good (the steps printed above it stay)."""
+        with self._live_lock:
+            self._closed = True
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+
+    def line(self) -> Text:
+        """The live line as it reads now."""
+        with self._lock:
+            now = self.clock()
+            text = Text(no_wrap=True, overflow="ellipsis")
+            a = self.activity
+            if a is None:
+                text.append("working", style="bold")
+            else:
+                text.append(a.label + (" is writing" if a.model else ""), style="bold cyan" if a.model else "bold")
+                took = max(now - a.started, 1e-9)
+                text.append(f"  {took:.1f}s", style="yellow")
+                if a.model:
+                    text.append(f"  {a.tokens} tok")
+                    if a.tokens:
+                        text.append(f"  {a.tokens / took:.1f} tok/s")
+                    elif took >= 1:
+                        text.append("  reading the prompt", style="dim")
+            text.append(f"  · run {_clock(now - self.started)}", style="dim")
+            if self.run_id:
+                text.append(f" {self.run_id[:12]}", style="dim")
+            if a is not None and a.model and a.tail.strip():
+                last = a.tail.rstrip().splitlines()[-1] if a.tail.rstrip() else ""
+                text.append("  │ ", style="dim")
+                text.append(last.strip()[-80:], style="italic")
+            return text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # Called by the Live's timer: the elapsed time and the spinner move even while nothing arrives.
+        frame = self._spinner.render(time.monotonic())
+        line = Text.assemble(frame if isinstance(frame, Text) else Text(str(frame)), " ", self.line())
+        line.truncate(max(options.max_width - 1, 10), overflow="ellipsis")
+        yield line
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class JsonLines:
+    """An observer for scripts (--jsonl): one JSON object a line on stdout, flushed at once: the run's
+    id when it opens, then each step as stored ({"event": "step", ...Step.to_dict()})."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, data: Any) -> None:
+        if event == "run":
+            self.emit({"event": "run", "run_id": data})
+        elif event == "step":
+            self.emit({"event": "step", **data.to_dict()})
+
+    def emit(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.out.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+            self.out.flush()
+
+
+def fan_out(*observers: Callable[[str, Any], None] | None) -> Callable[[str, Any], None] | None:
+    """One observer that calls each of `observers` (None ones left out); None when there are none."""
+    present = [o for o in observers if o is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def observe(event: str, data: Any) -> None:
+        for observer in present:
+            observer(event, data)
+
+    return observe
 
 
 def counters_line(counters: dict[str, Any]) -> str:
@@ -190,4 +340,68 @@ def print_summary(console: Console, result: Result) -> None:
     if result.stop_reason is StopReason.ANSWERED_UNVERIFIED:
         console.print("[bold yellow]answered, unverified:[/bold yellow] nothing checked this answer")
     console.print(f"run {result.run_id[:12]}: {result.iterations} iteration(s), {result.steps} steps stored. "
-                  f"Details: reflexa show {result.run_id[:12]}")
+                  f"Details: reflexa show {result.run_id[:12]}", soft_wrap=True)
+
+
+def summary_line(result: Result) -> str:
+    """The whole result in one line (for -q)."""
+    total = result.total_usage
+    return (f"{result.stop_reason}: run {result.run_id[:12]}, {result.iterations} iteration(s), "
+            f"{total.input_tokens + total.output_tokens} tokens in {total.calls} call(s). "
+            f"Details: reflexa show {result.run_id[:12]}")
+
+
+UNIT_MARKS = {"pending": ("·", "dim"), "running": ("▶", "bold"), "passed": ("✓", "bold green"),
+              "answered": ("?", "bold yellow"), "failed": ("✗", "bold red"), "skipped": ("–", "red")}
+"""How a plan's sub-goal status looks: answered means answered but unchecked, never green."""
+
+
+def plan_tree(tree: dict[str, Any], units: list[dict[str, Any]]) -> Tree:
+    """A plan's goal tree with each sub-goal's status. A sub-goal hangs under the first one it depends on
+    (a tree, though the plan is a graph); the others it needs are named beside it."""
+    status = {u["name"]: u for u in units}
+    root = Tree(f"[bold]{escape(tree.get('goal', 'plan'))}[/bold]")
+    nodes: dict[str, Tree] = {}
+    for sub in tree.get("subgoals", []):
+        unit = status.get(sub["name"], {})
+        mark, style = UNIT_MARKS.get(unit.get("status", "pending"), ("·", "dim"))
+        also = sub["depends_on"][1:]
+        label = (f"[{style}]{mark} {escape(sub['name'])}[/] {escape(sub['task'][:80])}"
+                 + (f" [dim](also needs {', '.join(also)})[/dim]" if also else ""))
+        if unit.get("answer") and unit.get("status") in ("passed", "answered"):
+            label += f" [dim]→[/dim] {escape(str(unit['answer'])[:80])}"
+        elif unit.get("reason") and unit.get("status") in ("failed", "skipped"):
+            label += f" [dim]({escape(unit['reason'][:80])})[/dim]"
+        parent = nodes.get(sub["depends_on"][0]) if sub["depends_on"] else None
+        nodes[sub["name"]] = (parent or root).add(label)
+    return root
+
+
+def last_plan_tree(steps: list[Step]) -> Tree | None:
+    """The goal tree of a plan run as its last stored state has it."""
+    for step in reversed(steps):
+        data = step.payload()
+        checkpoint = getattr(data, "checkpoint", None)
+        if isinstance(data, PlanMade | UnitStatus) and checkpoint is not None and checkpoint.state.get("tree"):
+            return plan_tree(checkpoint.state["tree"], checkpoint.state.get("units", []))
+    return None
+
+
+class PlanView(LiveView):
+    """A live view of a plan: the tree when it is made and each time a sub-goal finishes, a line per status
+    change and per propagated control; the units' own steps only with --verbose."""
+
+    PLAN_KINDS = (PlanMade, UnitStatus, Propagated)
+    plan_run = ""
+
+    def step(self, step: Step) -> None:
+        data = step.payload()
+        if isinstance(data, self.PLAN_KINDS):
+            self.plan_run = step.run_id
+        if isinstance(data, self.PLAN_KINDS) or (isinstance(data, Stop) and step.run_id == self.plan_run):
+            super().step(step)
+            if isinstance(data, UnitStatus) and data.status not in ("running", "pending") and data.checkpoint:
+                state = data.checkpoint.state
+                self.console.print(plan_tree(state["tree"], state["units"]))
+        elif self.verbose:
+            super().step(step)

@@ -100,6 +100,10 @@ class ReactState(Serial):
     blocks: Blocks = field(default_factory=Blocks)
     queued: Chosen | None = None
     """A rule repair or a forced action, taken next instead of asking the model."""
+    answer_now: bool = False
+    """The next step may only give the final answer (the rule repair for a repeated read-only call)."""
+    answer_asked: list[str] = field(default_factory=list)
+    """Repeated calls after which the answer was asked for: the same repeat again goes to reflection."""
     answer: str | None = None
     validated: bool = False
 
@@ -115,7 +119,7 @@ class ReactState(Serial):
 def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
           budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
-          meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+          memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Pursue `goal` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
@@ -123,17 +127,25 @@ def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session |
     ANSWERED_UNVERIFIED when there is no validator. `similarity` judges repeated thoughts (default:
     normalised text; pass `reflexa.reflect.embeddings.similarity()` for an embedding model). A step's
     failure signals go through the reflection engine. Every step is stored with a checkpoint of the
-    state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call.
+    state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call. `lessons`
+    carried in take effect from the first step, controls included (blocks, a forced first action);
+    `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    workspace = Workspace(goal)
+    state = ReactState(Workspace(goal))
+    state.workspace.remember(list(memory))
     for lesson in lessons:
-        workspace.apply(lesson)
+        state.workspace.apply(lesson)
+        if lesson.control is not None:
+            state.blocks.apply(lesson.control)
+    if (forced := state.workspace.forced) is not None:
+        state.workspace.forced = None
+        state.queued = Chosen(_action(forced["tool"], forced["args"]), "(forced by a lesson)")
 
     def body(ep: Episode, s: ReactState) -> Stop:
         return _steps(ep, s, ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks), validator, similarity)
 
-    return run_loop(session or Session(), "react", goal, ReactState(workspace), body, budget=budget,
+    return run_loop(session or Session(), "react", goal, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
 
 
@@ -151,6 +163,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         chosen = _next_action(ep, s, tools, schema)
         if chosen is None:
             return Stop(run.budget_stop or StopReason.ERROR)
+        if isinstance(chosen.action, ToolCall):
+            run.status(f"tool {chosen.action.tool} running")  # a live view shows it until the step lands
         acted_at = time.time()  # the step spans the tool call: a trace (and a tracer) shows its time
         action, observation = _carry_out(chosen.action, tools, s.step, validator)
         signals = [] if isinstance(chosen.action, PageAction) else step_signals(
@@ -194,7 +208,9 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
     if s.queued is not None:
         queued, s.queued = s.queued, None
         return queued
-    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace), schema=schema, max_tokens=256)
+    answer_now, s.answer_now = s.answer_now, False
+    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, answer_now=answer_now),
+                        schema=prompts.answer_schema() if answer_now else schema, max_tokens=256)
     if reply is None:
         return None
     if reply.value is not None:
@@ -238,7 +254,8 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
     tool = tools.registry.tools.get(observation.tool)
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
-                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated)
+                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated,
+                 answer_asked=action in s.answer_asked)
 
 
 def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) -> None:
@@ -252,6 +269,9 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
             s.queued = Chosen(failed, "(rule: retry after timeout)")
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
             s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
+    if repair is not None and repair.kind == "answer" and isinstance(failed, ToolCall):
+        s.answer_now = True
+        s.answer_asked.append(prompts.describe_action(failed.tool, failed.args))
     if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
         page = failed.page + 1 if isinstance(failed, PageAction) else 1
         s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")

@@ -232,7 +232,8 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
         return False
     if reply.value is not None:
         revision: prompts.Revision = reply.value
-        revision.answer = strip_references(revision.answer)
+        revision.answer = prompts.with_citations(strip_references(revision.answer), revision.evidence_used,
+                                                 s.evidence, s.question)
         s.draft = revision
         ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
     return True

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..search.base import Evidence
 from ..structured import Message, Text200, Text2000
@@ -12,6 +13,7 @@ from ..structured import Message, Text200, Text2000
 MAX_QUERY_WORDS = 12
 MAX_QUERIES = 3
 _WORD = re.compile(r"\w+")
+_CITE = re.compile(r"\[\d+\]")
 _STOP = {"the", "a", "an", "of", "in", "on", "and", "or", "to", "is", "was", "what", "which", "who", "when",
          "where", "how", "for", "by", "with", "as", "at", "from", "that", "this", "it", "did", "does", "do",
          "more", "information", "details", "about", "data", "context", "evidence", "specific", "facts"}
@@ -31,10 +33,43 @@ class Draft(BaseModel):
     search_queries: list[Text200] = Field(min_length=1, max_length=MAX_QUERIES)
 
 
-class Revision(Draft):
-    """A revision: like a draft, but it may ask no further search."""
+MAX_USED = 5
+"""Evidence numbers a revision may name as the ones it relied on."""
 
+
+def _evidence_first(schema: dict[str, Any]) -> None:
+    # Required in what the model is asked for (a grammar then cannot skip it, as Qwen did), optional when
+    # read back, so a draft or a salvaged answer still makes a Revision.
+    schema["required"] = ["evidence_used", *schema.get("required", [])]
+
+
+class Revision(BaseModel):
+    """A revision: the evidence it relies on first (choosing passages before writing keeps a small model's
+    answer on them), then the answer, its reflection, and any further searches."""
+
+    model_config = ConfigDict(json_schema_extra=_evidence_first)
+
+    evidence_used: list[int] = Field(default_factory=list, max_length=MAX_USED)
+    answer: Text2000
+    reflection: Gaps
     search_queries: list[Text200] = Field(default_factory=list, max_length=MAX_QUERIES)
+
+
+def with_citations(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
+    """The answer, with the evidence it names as used cited at its end when it cites nothing inline (Qwen
+    0.5B chose passages but almost never wrote [n]). A passage is cited only when it holds a content word
+    the answer adds to the question: naming every passage shown is not support. Numbers that name no
+    evidence are dropped."""
+    if _CITE.search(answer):
+        return answer
+    added = content_words(answer) - content_words(question)
+
+    def supports(n: int) -> bool:
+        return 1 <= n <= len(evidence) and bool(added & content_words(evidence[n - 1].title + " "
+                                                                     + evidence[n - 1].snippet))
+
+    marks = "".join(f"[{n}]" for n in dict.fromkeys(used) if supports(n))
+    return f"{answer.rstrip()} {marks}" if marks else answer
 
 
 SYSTEM = (
@@ -48,7 +83,7 @@ def draft(question: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Question: {question}"}]
 
 
-def revise(question: str, previous: Draft, evidence: list[tuple[int, Evidence]], failed: dict[str, str],
+def revise(question: str, previous: Draft | Revision, evidence: list[tuple[int, Evidence]], failed: dict[str, str],
            feedback: str = "") -> list[Message]:
     """The revision prompt: evidence is numbered, delimited data (its title too); the answer cites it as [n]."""
     blocks = "\n\n".join(f"[{n}]\n<<<\n{e.title}\n{e.snippet}\n>>>" for n, e in evidence)
@@ -60,7 +95,9 @@ def revise(question: str, previous: Draft, evidence: list[tuple[int, Evidence]],
         {"role": "user", "content": f"Question: {question}\n\nYour previous answer:\n{previous.answer}\n\n"
          f"Evidence:\n{blocks or '(none found)'}"
          + (f"\n\nSearches that failed:{failures}" if failures else "")
-         + (f"\n\nProblems with your last revision:\n{feedback}" if feedback else "")},
+         + (f"\n\nProblems with your last revision:\n{feedback}" if feedback else "")
+         + "\n\nFirst list in evidence_used the numbers of the passages that answer the question, then "
+         "answer it in one sentence that states the answer itself."},
     ]
 
 

@@ -132,6 +132,7 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
         return result
 
     try:
+        run.announce()  # inside the try: an interrupt or an observer's bug still closes the run
         stop = body(episode, state)
     except ModelError as exc:
         return finish(StopReason.ERROR, exc.explained())

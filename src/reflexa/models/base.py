@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..structured import Message, Schema, json_schema_of, parse
 from ..types import Usage
@@ -39,10 +40,18 @@ class Generation:
     finish_reason: str = "stop"
 
 
+OnToken = Callable[[str], None]
+"""Called with each piece of a reply's text as the backend produces it (a live view; never the result)."""
+
+
 class Model(ABC):
     """A chat model. Subclasses implement `_generate`; parsing and validation live here, once."""
 
     name: str = "model"
+    streams: ClassVar[bool] = False
+    """The backend's `_generate` takes `on_token=` and calls it with each piece of text as it comes.
+    Backends that cannot stream leave this False and are never passed one (so a plugin's `_generate`
+    written before streaming existed keeps working)."""
 
     def complete(
         self,
@@ -51,12 +60,18 @@ class Model(ABC):
         schema: Schema | None = None,
         max_tokens: int = 512,
         temperature: float = 0.0,
+        on_token: OnToken | None = None,
     ) -> Completion:
         """One model call. With `schema` (a pydantic model class or a JSON schema dict) the backend is
         asked to follow it and the reply is validated; a reply that fails validation is returned with
-        `value=None` and an `error`, never raised."""
+        `value=None` and an `error`, never raised. `on_token`, where the backend streams, sees the reply's
+        text piece by piece while it is produced; the Completion is the same with or without it."""
         json_schema = json_schema_of(schema) if schema is not None else None
-        gen = self._generate(messages, json_schema, max_tokens, temperature)
+        if on_token is not None and self.streams:
+            gen = self._generate(messages, json_schema, max_tokens, temperature,
+                                 on_token=on_token)  # type: ignore[call-arg]
+        else:
+            gen = self._generate(messages, json_schema, max_tokens, temperature)
         usage = Usage(gen.input_tokens, gen.output_tokens, 1)
         completion = Completion(gen.text, usage=usage, finish_reason=gen.finish_reason)
         if schema is not None:
@@ -72,10 +87,13 @@ class Model(ABC):
         schema: Schema | None = None,
         max_tokens: int = 512,
         temperature: float = 0.0,
+        on_token: OnToken | None = None,
     ) -> Completion:
-        """The async twin of `complete`; backends with a native async client may override it."""
+        """The async twin of `complete`; backends with a native async client may override it. `on_token`
+        is called from a worker thread."""
         return await asyncio.to_thread(
-            self.complete, messages, schema=schema, max_tokens=max_tokens, temperature=temperature
+            self.complete, messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
+            on_token=on_token,
         )
 
     @abstractmethod

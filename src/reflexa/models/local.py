@@ -4,17 +4,20 @@ SmolLM2-135M-Instruct as `local:smollm2`) or any GGUF file (`local:PATH.gguf`)."
 from __future__ import annotations
 
 import atexit
+import codecs
+import contextlib
 import functools
 import importlib.util
 import json
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled
 from ..structured import Message
-from .base import Generation, Model
+from .base import Generation, Model, OnToken
 from .config import prompt_cache, threads
 from .named import DEFAULT, NAMED, NamedModel
 from .weights import ensure
@@ -129,7 +132,11 @@ class LocalModel(Model):
     shares with an earlier one: the state after each call is kept (PROMPT_CACHE_BYTES in all), so a
     revision that continues the first attempt's conversation only evaluates what is new, even after a
     reflector call in between. Off, every prompt is evaluated from its first token.
+
+    It streams: `on_token` sees each generated token's text as llama.cpp samples it (see `_watch`).
     """
+
+    streams = True
 
     def __init__(self, target: str | Path | None = None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  cache_prompts: bool | None = None) -> None:
@@ -158,7 +165,8 @@ class LocalModel(Model):
         return load_llama(self.path, self.n_ctx, self.n_threads)
 
     def _generate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        on_token: OnToken | None = None,
     ) -> Generation:
         # A fixed seed: a sampled reply is the same on every run, like a greedy one.
         kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
@@ -169,7 +177,8 @@ class LocalModel(Model):
         with self._lock:
             self._prepare(llama)
             try:
-                out = llama.create_chat_completion(**kwargs)
+                with _watch(llama, on_token):
+                    out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt this way
                 raise ModelError(f"local model rejected the prompt: {exc}") from None
         choice, usage = out["choices"][0], out["usage"]
@@ -189,6 +198,40 @@ class LocalModel(Model):
         else:
             llama.set_cache(None)
             llama.reset()  # forget the last prompt, whose prefix llama.cpp would otherwise reuse
+
+
+@contextlib.contextmanager
+def _watch(llama: Any, on_token: OnToken | None) -> Iterator[None]:
+    """Show `on_token` each token llama.cpp samples, while the reply itself comes from the ordinary,
+    non-streaming call.
+
+    Why not `create_chat_completion(stream=True)`: its chunks decode each token on its own with
+    errors="ignore" (a character split over two tokens can be lost), and it reports no usage. Watching
+    `Llama.generate`, the token generator every completion runs through (llama-cpp-python is pinned),
+    changes nothing in the call: the same tokens, text, usage and finish reason, by construction. The
+    watcher is put on the instance for this call only, under the model's lock.
+    """
+    original = getattr(llama, "generate", None)
+    if on_token is None or original is None or "generate" in vars(llama):
+        yield  # nothing to show, or an unexpected llama object: run the call untouched
+        return
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split over tokens waits
+
+    def generate(tokens: Any, *args: Any, **kwargs: Any) -> Iterator[int]:
+        inner = original(tokens, *args, **kwargs)
+        try:
+            for token in inner:
+                if text := decode.decode(llama.detokenize([token])):  # special tokens (EOS) detokenize to b""
+                    on_token(text)
+                yield token
+        finally:
+            inner.close()
+
+    llama.generate = generate
+    try:
+        yield
+    finally:
+        del llama.generate
 
 
 def _bounded_cache(capacity: int) -> Any:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
 from ..structured import Message
-from .base import Generation, Model, schema_instruction
+from .base import Generation, Model, OnToken, schema_instruction
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -29,14 +29,18 @@ class Profile:
     """json_schema: response_format json_schema; json_object: json_object with a `schema` field (llama.cpp);
     tool: a forced function call; prompt: ask in the prompt, then validate."""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    """The server reports usage at the end of a stream (`stream_options.include_usage`), so a streamed
+    call counts the same tokens as a plain one; only then does a live view get the reply streamed."""
 
 
 PROFILES: dict[str, Profile] = {
-    "openai": Profile("json_schema"),
-    "vllm": Profile("json_schema"),
-    "ollama": Profile("json_schema"),
+    "openai": Profile("json_schema", stream=True),
+    "vllm": Profile("json_schema", stream=True),
+    "ollama": Profile("json_schema", stream=True),
     # llama.cpp's server rejects json_schema with HTTP 500 but honours json_object with a schema; its
-    # default repeat_penalty (1.1) differs from in-process llama.cpp (1.0), so pin it for parity.
+    # default repeat_penalty (1.1) differs from in-process llama.cpp (1.0), so pin it for parity. Its
+    # streams carry no usage (llama-cpp-python 0.3.36), so it is not streamed.
     "llamacpp": Profile("json_object", {"repeat_penalty": 1.0}),
     "tool": Profile("tool"),
     "prompt": Profile("prompt"),
@@ -65,7 +69,11 @@ def parse_target(target: str) -> tuple[str | None, str, str | None]:
 
 
 class OpenAIModel(Model):
-    """A model behind the OpenAI chat-completions API."""
+    """A model behind the OpenAI chat-completions API. With an `on_token` listener, and a server whose
+    profile reports usage in streams, the reply is streamed (`stream=True`, usage asked for in the last
+    chunk); otherwise it is one plain request."""
+
+    streams = True
 
     def __init__(
         self,
@@ -127,7 +135,8 @@ class OpenAIModel(Model):
             raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}") from None
 
     def _generate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        on_token: OnToken | None = None,
     ) -> Generation:
         profile = self.profile  # may fill self.model from the server's list
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": temperature}
@@ -150,6 +159,9 @@ class OpenAIModel(Model):
                 messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
         # reflexa's messages are plain role/content dicts, which the SDK's TypedDict union accepts at run time.
         sent = cast("list[ChatCompletionMessageParam]", messages)
+        if on_token is not None and profile.stream:
+            return self._request(lambda: _streamed(self.client.chat.completions.create(
+                messages=sent, stream=True, stream_options={"include_usage": True}, **kwargs), messages, on_token))
         out = self._request(lambda: self.client.chat.completions.create(messages=sent, **kwargs))
         choice = out.choices[0]
         text = choice.message.content or ""
@@ -158,3 +170,31 @@ class OpenAIModel(Model):
         usage = out.usage
         finish = "length" if choice.finish_reason == "length" else "stop"
         return Generation(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0, finish)
+
+
+def _streamed(chunks: Any, messages: list[Message], on_token: OnToken) -> Generation:
+    """Read a streamed reply as the plain request would: the text (or, when the server called the forced
+    tool, its arguments), the finish reason, and the usage the last chunk carries. A server that sends no
+    usage gets an estimate: one token per chunk out (servers send about one a chunk), four characters a
+    token in."""
+    content: list[str] = []
+    arguments: list[str] = []
+    finish, usage, pieces = "stop", None, 0
+    for chunk in chunks:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices[:1]:
+            delta = choice.delta
+            call = delta.tool_calls[0].function if delta.tool_calls else None
+            for piece, into in ((delta.content, content), (call.arguments if call else None, arguments)):
+                if piece:
+                    into.append(piece)
+                    pieces += 1
+                    on_token(piece)
+            if choice.finish_reason:
+                finish = "length" if choice.finish_reason == "length" else "stop"
+    text = "".join(arguments) if arguments else "".join(content)
+    if usage is not None:
+        return Generation(text, usage.prompt_tokens, usage.completion_tokens, finish)
+    prompt = sum(len(str(m.get("content", ""))) for m in messages)
+    return Generation(text, (prompt + 3) // 4, pieces, finish)

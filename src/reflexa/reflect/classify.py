@@ -25,9 +25,10 @@ class Decision(StrEnum):
 class Repair:
     """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
 
-    kind: str  # "retry" | "args" | "page" | "search" | "revise"
+    kind: str  # "retry" | "args" | "page" | "answer" | "search" | "revise"
     """retry the same call; call with `args` instead (they replace the failing call's arguments); show the
-    next page; search for a named gap; revise with the signal's feedback."""
+    next page; ask for the final answer from what is known; search for a named gap; revise with the
+    signal's feedback."""
     args: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -53,6 +54,8 @@ class Facts:
     """Earlier timeouts of this same action in this run."""
     can_page: bool = False
     """A truncated observation has another page to show."""
+    answer_asked: bool = False
+    """The final answer was already asked for after this same repeated call: ask the reflector instead."""
 
 
 def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
@@ -69,6 +72,12 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("retry", delay=TIMEOUT_BACKOFF))
     if code is ErrorCode.TOO_LONG and facts.can_page:
         return Classification(Decision.RULE, "truncated observation: show the next page", Repair("page"))
+    if code is ErrorCode.REPEATED and signal.message.startswith("repeated action") and facts.retryable \
+            and not facts.answer_asked:
+        # A read-only call repeated returns what it returned before: the agent is circling an answer it
+        # already holds. Asking for the answer now costs one call; a wrong one meets the validator.
+        return Classification(Decision.RULE, "a repeated read-only call: answer from what is known",
+                              Repair("answer"))
     if code is ErrorCode.GAP:
         return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
     if code is ErrorCode.UNCITED:

@@ -14,6 +14,9 @@ WINDOW = 4
 POLICY_SLOTS = 3
 """Corrections from lessons, injected into the next prompt; the oldest drops out."""
 FACT_CHARS = 200
+MEMORY_CARDS = FACT_CARDS
+"""Facts handed in from outside the run (a plan's global memory), under the same caps as fact cards; the
+run's own facts never push them out."""
 
 
 @dataclass(slots=True)
@@ -24,6 +27,15 @@ class Workspace:
     policies: list[str] = field(default_factory=list)
     forced: dict[str, Any] | None = None
     """An action a lesson forces as the next step: {"tool": ..., "args": {...}}."""
+    memory: list[str] = field(default_factory=list)
+    """Facts from outside the run (a plan's request and finished sub-goals): MEMORY_CARDS at most."""
+
+    def remember(self, facts: list[str]) -> None:
+        """Take in outside facts, first ones first: beyond MEMORY_CARDS the rest are left out."""
+        for text in facts:
+            fact = cap(" ".join(text.split()), FACT_CHARS)
+            if fact and fact not in self.memory and len(self.memory) < MEMORY_CARDS:
+                self.memory.append(fact)
 
     def add_fact(self, text: str) -> None:
         fact = cap(" ".join(text.split()), FACT_CHARS)
@@ -41,6 +53,8 @@ class Workspace:
 
     def render(self) -> str:
         parts = [f"Goal: {self.goal}"]
+        if self.memory:
+            parts.append("Known from earlier sub-goals and the request:\n" + "\n".join(f"- {f}" for f in self.memory))
         if self.facts:
             parts.append("Facts:\n" + "\n".join(f"- {f}" for f in self.facts))
         if self.policies:

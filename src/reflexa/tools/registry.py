@@ -12,6 +12,7 @@ import inspect
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,10 @@ def _render(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
+JOIN_SLICE = 0.1
+"""Seconds a tool call is waited on at a time (see `_run_with_timeout`)."""
+
+
 def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
     box: dict[str, Any] = {}
 
@@ -139,7 +144,11 @@ def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    thread.join(timeout)
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+        # In slices: the CLI runs a loop in a worker thread and stops it on Ctrl-C with an exception that
+        # arrives only between Python instructions, which one long join would hold back until the timeout.
+        thread.join(min(left, JOIN_SLICE))
     if thread.is_alive():
         raise TimeoutError(f"no answer within {timeout:g}s")
     if "error" in box:

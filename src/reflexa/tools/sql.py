@@ -16,6 +16,11 @@ from ..types import ErrorCode
 from .registry import Tool, ToolError, sqlite_error_code, tool
 
 MAX_ROWS = 200
+EQUALS_TEXT = re.compile(r"\b(\w+)\s*=\s*'([^']*)'")
+MAX_FILTER_NOTES = 3
+"""Text filters checked per query, at most."""
+MAX_DISTINCT = 5000
+"""Distinct values read per column when a filter matches nothing: a bound on the cost of the note."""
 """Rows a query returns at most; the rest is reported as a count."""
 
 
@@ -51,6 +56,8 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             if close := difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6):
                 suggestion = {"sql": re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql)}
                 message += f" (did you mean {close[0]}?)"
+            else:  # no close match: name what exists, so the next step need not guess
+                message += f" ({kind}s: {', '.join(pool[:40])})"
         return ToolError(code, message, suggestion=suggestion)
 
     @tool
@@ -81,10 +88,25 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 raise fail(conn, exc, sql) from None
             header = [d[0] for d in cursor.description or []]
             rows = cursor.fetchmany(MAX_ROWS + 1)
+            notes = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
             lines.append(f"... more than {MAX_ROWS} rows")
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
+
+    def unmatched_values(conn: sqlite3.Connection, sql: str) -> list[str]:
+        """A note for each `column = 'text'` filter that no row matches, with the closest stored values: a
+        count of 0 for a misspelt value looks like an answer, and nothing else would tell the agent."""
+        notes = []
+        for column, value in EQUALS_TEXT.findall(sql)[:MAX_FILTER_NOTES]:
+            holders = [t for t in tables(conn) if column in {r[1] for r in conn.execute(f"PRAGMA table_info({t!r})")}]
+            stored = {str(v) for t in holders
+                      for (v,) in conn.execute(f'SELECT DISTINCT "{column}" FROM "{t}" LIMIT {MAX_DISTINCT}')}
+            if stored and value not in stored:
+                close = difflib.get_close_matches(value, sorted(stored), n=3, cutoff=0.5)
+                hint = f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else ""
+                notes.append(f"note: no row has {column} = {value!r}{hint}")
+        return notes
 
     toolset = [list_tables, describe_table, query]
     if write:

@@ -270,5 +270,9 @@ class SQLiteStore:
     def release_lease(self, run_id: str, owner: str) -> None:
         self._write("DELETE FROM leases WHERE run_id=? AND owner=?", (run_id, storable(owner)))
 
+    def lease(self, run_id: str) -> Lease | None:
+        rows = self._read("SELECT * FROM leases WHERE run_id=?", (run_id,))
+        return Lease(**dict(rows[0])) if rows else None
+
     def close(self) -> None:
         self.db.close()

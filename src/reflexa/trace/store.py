@@ -87,6 +87,9 @@ class Store(Protocol):
     def release_lease(self, run_id: str, owner: str) -> None:
         """Give the lease up; a lease held by another owner is left alone."""
         ...
+    def lease(self, run_id: str) -> Lease | None:
+        """Who holds the run now (live or not), or None."""
+        ...
 
 
 def storable(text: str) -> str:
@@ -181,6 +184,15 @@ class Lease:
         return RunLeased(f"run {self.run_id} is held by pid {self.pid} on {self.host} (owner {self.owner}), "
                          f"since {since}", run_id=self.run_id, pid=self.pid, host=self.host,
                          since=self.acquired_at)
+
+
+def shown_status(record: RunRecord, lease: Lease | None, now: float, ttl: float = LEASE_TTL) -> str:
+    """A run's status as a reader should see it: "stale" for a run stored as running whose process is gone
+    (killed, or the machine restarted) or that no process holds, so it is not taken for one in progress;
+    `reflexa resume` continues it. Otherwise the stored status."""
+    if record.status == "running" and (lease is None or not lease.live(now, ttl)):
+        return "stale"
+    return record.status
 
 
 def decide_lease(current: Lease | None, run_id: str, owner: str, pid: int, now: float,
@@ -287,6 +299,9 @@ class MemoryStore:
         with self._lock:
             if (lease := self._leases.get(run_id)) is not None and lease.owner == owner:
                 del self._leases[run_id]
+
+    def lease(self, run_id: str) -> Lease | None:
+        return self._leases.get(run_id)
 
     def close(self) -> None:
         pass

@@ -1,0 +1,62 @@
+"""`--executor ray`: each task a Ray task, on a local Ray (started for the batch) or a cluster (`address`).
+
+Workers open the batch's store themselves, so the store must be one they all reach: a PostgreSQL URL for
+a cluster; a SQLite file serves a local Ray (one machine). A worker process that dies is retried by Ray
+(RETRIES times); the retry finds the task's record in the store and resumes its run instead of starting
+another. A task Ray gives up on has no result, and a re-run of the batch runs it.
+
+Needs the `ray` extra: pip install 'reflexa[ray]'.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from typing import Any
+
+from ..errors import ConfigError
+from .schema import TaskLine
+from .worker import BatchConfig, run_task
+
+RETRIES = 3
+"""Times Ray runs a task again after its worker process died."""
+
+
+class RayExecutor:
+    """Submits tasks to Ray; `submit` returns a concurrent.futures Future of the worker's report."""
+
+    def __init__(self, config: BatchConfig, concurrency: int, address: str | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor ray needs Ray", hint="pip install 'reflexa[ray]'") from None
+        self.ray = ray
+        self.config = config
+        self.started = False
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                       "logging_level": "ERROR", "configure_logging": True}
+            if address:
+                options["address"] = address
+            else:
+                # A local Ray sized to the batch: one worker process per concurrent task. The workers find
+                # reflexa through the driver's environment (PYTHONPATH included), which they inherit.
+                options["num_cpus"] = concurrency
+                if temp := os.environ.get("REFLEXA_RAY_TMPDIR"):
+                    options["_temp_dir"] = temp
+            try:
+                ray.init(**options)
+            except Exception as exc:  # noqa: BLE001 - Ray's own errors: cannot connect, cannot start
+                raise ConfigError(f"cannot start Ray{f' at {address}' if address else ''}: {exc}",
+                                  hint="is the cluster address right (ray://HOST:10001 or HOST:6379)?") from None
+            self.started = True
+        self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(run_task)
+
+    def submit(self, task: TaskLine) -> Future[dict[str, Any]]:
+        return self.remote.remote(self.config, task).future()
+
+    def shutdown(self) -> None:
+        """Stop the local Ray this batch started (its workers with it); a cluster is left running."""
+        if self.started:
+            self.ray.shutdown()
+            self.started = False

@@ -1,0 +1,277 @@
+"""The batch driver: read and check the tasks, skip what the store says is done, run the rest through an
+executor, and write each result as it comes.
+
+Executors:
+    threads    N sessions in this process, each a thread; model calls go through the per-backend
+               connection limit. For HTTP backends (an OpenAI-compatible server, a hosted API), whose
+               sessions mostly wait on the network. The loops stay synchronous: a thread per session,
+               not a coroutine, is what makes one process drive N sessions.
+    processes  N worker processes. For the embedded model, which decodes one prompt at a time: its
+               concurrency comes from processes, each loading the model once.
+    ray        each task a Ray task, on a local Ray or a cluster (`address`); see ray_executor.py.
+"local" picks threads, or processes for the embedded model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    BrokenExecutor,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ReflexaError, RunLeased
+from .results import ResultsFile
+from .schema import TaskLine, read_tasks
+from .worker import BatchConfig, make_row, namespace, run_task, worker_store
+
+POLL_SECONDS = 0.5
+"""How often the driver wakes to refresh the progress view while it waits for results."""
+
+
+@dataclass(slots=True)
+class Progress:
+    """Where a batch stands; given to the `progress` callback after every change."""
+
+    batch_id: str
+    total: int
+    skipped: int = 0
+    """Tasks finished by an earlier run of the same batch (not run again)."""
+    done: int = 0
+    passed: int = 0
+    failed: int = 0
+    """Tasks that ended in ERROR, or could not run (their worker died): see the rows and `errors`."""
+    running: int = 0
+    started: float = field(default_factory=time.time)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.skipped - self.done - self.failed_unfinished
+
+    failed_unfinished: int = 0
+    """Failed tasks that have no result (a re-run runs them again)."""
+
+
+class BatchInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, named like RunInterrupted
+    """Ctrl-C stopped the batch. Every result written so far is whole; a re-run finishes the rest."""
+
+    def __init__(self, progress: Progress, running: int) -> None:
+        super().__init__(f"batch {progress.batch_id} interrupted")
+        self.progress = progress
+        self.running = running
+
+
+def batch_id(tasks: bytes, loop: str, options: dict[str, Any]) -> str:
+    """The batch's identity: the tasks file's content, the loop and the options that change results. The
+    same command on the same file is the same batch, so it resumes; any change makes a new one."""
+    digest = hashlib.sha256(tasks)
+    digest.update(json.dumps({"loop": loop, **options}, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:12]
+
+
+def absolute_spec(spec: str | None, base: Path) -> str | None:
+    """A model spec whose target is a file (scripted:FILE, local:PATH.gguf) with that path made absolute, so
+    every worker, wherever it starts, finds the file."""
+    if spec is None or ":" not in spec:
+        return spec
+    kind, _, target = spec.partition(":")
+    if target and not target.startswith(("http://", "https://", "/")) and (base / target).is_file():
+        return f"{kind}:{(base / target).resolve()}"
+    return spec
+
+
+def pick_executor(executor: str, model: str | None) -> str:
+    """`local` means threads, except for the embedded model (processes)."""
+    if executor != "local":
+        return executor
+    from ..models.config import configured_spec
+
+    spec = model if model is not None else configured_spec()
+    return "processes" if spec.strip().split(":", 1)[0] == "local" else "threads"
+
+
+def _check_backend(spec: str | None) -> None:
+    """An unknown model backend is bad input: say so before any worker starts."""
+    from ..models.registry import names
+
+    if spec is None:
+        return
+    kind = spec.strip().partition(":")[0]
+    if kind not in names():
+        raise ConfigError(f"unknown model spec {spec!r}: no backend {kind!r}",
+                          hint=f"registered backends: {', '.join(names())}")
+
+
+def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = None, concurrency: int = 4,
+              executor: str = "local", address: str | None = None, out: Path | None = None,
+              connections: int | None = None, experience: bool = True, governor: bool = False,
+              budget: dict[str, Any] | None = None, progress: Callable[[Progress], None] | None = None,
+              max_tasks_per_worker: int | None = None) -> Progress:
+    """Run every task of a tasks file that the store has no result for; return the final Progress.
+
+    `store` is a SQLite path or a postgresql:// URL that every worker opens. Results go to the store and,
+    one JSON line each, to `out` (default: TASKS.results.jsonl beside the tasks file). `executor` is
+    local, threads, processes or ray (`address` names a Ray cluster; default a local Ray).
+    `max_tasks_per_worker` replaces a worker process after that many tasks (processes executor).
+    Ctrl-C raises BatchInterrupted once the results so far are written."""
+    if concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
+    if executor not in ("local", "threads", "processes", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}", hint="use local or ray")
+    tasks = read_tasks(tasks_path, loop)
+    base = tasks_path.resolve().parent
+    model = absolute_spec(model, Path.cwd())
+    for spec in {model, *(t.model for t in tasks)}:
+        _check_backend(spec)
+    tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
+    from ..trace.postgres import is_url
+
+    if not is_url(store):
+        store = str(Path(store).resolve())
+    ident = batch_id(tasks_path.read_bytes(), loop, {"model": model, "budget": budget or {},
+                                                     "experience": experience, "governor": governor})
+    config = BatchConfig(ident, loop, store, model, connections, experience, governor, dict(budget or {}))
+    results = ResultsFile(out or tasks_path.with_name(tasks_path.stem + ".results.jsonl"), ident)
+    shared = worker_store(store)
+    owner = f"batch-driver:{os.getpid()}"
+    try:
+        shared.acquire_lease(namespace(ident), owner, os.getpid())
+    except RunLeased as exc:
+        results.close()
+        raise ConfigError(f"batch {ident} is already running: pid {exc.pid} on {exc.host}",
+                          hint="wait for it, or stop it; a stopped batch resumes on the same command") from None
+    state = Progress(ident, len(tasks))
+    try:
+        todo = _skip_finished(tasks, shared, config, results, state)
+        kind = pick_executor(executor, model)
+        if todo:
+            _drive(todo, config, kind, concurrency, address, max_tasks_per_worker, results, state, progress)
+        elif progress:
+            progress(state)
+    finally:
+        shared.release_lease(namespace(ident), owner)
+        results.close()
+    return state
+
+
+def _skip_finished(tasks: list[TaskLine], store: Any, config: BatchConfig, results: ResultsFile,
+                   state: Progress) -> list[TaskLine]:
+    """The tasks still to run. A finished task missing from the results file (the driver was killed after
+    the store had its result) gets its row written now."""
+    records = dict(store.items(namespace(config.batch_id)))
+    todo = []
+    for task in tasks:
+        record = records.get(task.key) or {}
+        if record.get("state") == "done":
+            results.append(record["row"], sync=False)
+            state.skipped += 1
+        else:
+            todo.append(task)
+    results.sync()
+    return todo
+
+
+def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int | None,
+              config: BatchConfig) -> tuple[Callable[[TaskLine], Future[dict[str, Any]]], Callable[[], None]]:
+    """submit(task) -> Future, and a shutdown for Ctrl-C or the end."""
+    if kind == "ray":
+        from .ray_executor import RayExecutor
+
+        ray = RayExecutor(config, concurrency, address)
+        return ray.submit, ray.shutdown
+    pool: Executor
+    if kind == "processes":
+        import multiprocessing
+
+        # spawn: the driver has threads (a progress view, a store pool) that a fork would copy mid-state.
+        pool = ProcessPoolExecutor(concurrency, mp_context=multiprocessing.get_context("spawn"),
+                                   max_tasks_per_child=max_tasks)
+    else:
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reflexa-batch")
+
+    def shutdown() -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    return (lambda task: pool.submit(run_task, config, task)), shutdown
+
+
+def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: int, address: str | None,
+           max_tasks: int | None, results: ResultsFile, state: Progress,
+           progress: Callable[[Progress], None] | None) -> None:
+    submit, shutdown = _executor(kind, concurrency, address, max_tasks, config)
+    waiting: Iterator[TaskLine] = iter(todo)
+    inflight: dict[Future[dict[str, Any]], TaskLine] = {}
+    more = True
+    try:
+        while more or inflight:
+            while more and len(inflight) < concurrency:
+                task = next(waiting, None)
+                if task is None:
+                    more = False
+                    break
+                try:
+                    inflight[submit(task)] = task
+                except BrokenExecutor:
+                    # A worker process was killed: the pool takes no more work. What is left runs on a re-run.
+                    state.errors.append("a worker process died; run the same command again to finish the batch")
+                    more = False
+            state.running = len(inflight)
+            if progress:
+                progress(state)
+            finished, _ = wait(list(inflight), timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+            for future in finished:
+                _collect(future, inflight.pop(future), config, results, state)
+            results.sync()  # one fsync for the rows of this round, not one per row: the driver feeds the workers
+        state.running = 0
+        if progress:
+            progress(state)
+    except KeyboardInterrupt:
+        shutdown()
+        # What finished in the meantime is whole: write it, so the results file is as full as the store.
+        for future in [f for f in inflight if f.done() and not f.cancelled()]:
+            _collect(future, inflight.pop(future), config, results, state)
+        results.sync()
+        raise BatchInterrupted(state, len(inflight)) from None
+    except BaseException:
+        shutdown()
+        raise
+    shutdown()
+
+
+def _collect(future: Future[dict[str, Any]], task: TaskLine, config: BatchConfig, results: ResultsFile,
+             state: Progress) -> None:
+    try:
+        report = future.result()
+    except ReflexaError as exc:
+        # A setup fault (no model, no store): every task would fail the same way; stop the batch.
+        raise ConfigError(f"task {task.key} (line {task.line}): {exc}", hint=exc.hint) from None
+    except Exception as exc:  # noqa: BLE001 - the worker died (a killed process, Ray giving up): no result
+        report = {"state": "failed", "key": task.key, "error": f"worker failed: {type(exc).__name__}: {exc}"}
+    if report["state"] == "done":
+        row = report["row"]
+        results.append(row, sync=False)
+        state.done += 1
+        state.passed += bool(row.get("passed"))
+        if row.get("stop_reason") == "ERROR":
+            state.failed += 1
+            state.errors.append(f"{task.key}: {row.get('error')}")
+    elif report["state"] == "failed":
+        state.failed += 1
+        state.failed_unfinished += 1
+        state.errors.append(f"{task.key}: {report.get('error')}")
+
+
+__all__ = ["BatchConfig", "BatchInterrupted", "Progress", "batch_id", "make_row", "run_batch"]

@@ -1,0 +1,233 @@
+"""One task of a batch, run in whichever worker the executor chose: a thread, a process or a Ray task.
+
+The store is the batch's memory. Each task has a record in the namespace `batch:<batch id>`: "running"
+with its run id as soon as the run is stored, "done" with its result row once it finished. A worker that
+finds a task "running" (its last worker was killed) resumes that run from its last stored step instead
+of starting another one, and a task found "done" is never run again. So a batch killed anywhere, in a
+worker or in the driver, finishes on a re-run with every task run once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ReflexaError, RunInterrupted, RunLeased
+from ..models.base import Model
+from ..trace.store import Store
+from .schema import TaskLine
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    """What every worker needs to run a task of the batch; plain data, so it travels to other processes."""
+
+    batch_id: str
+    loop: str
+    store: str
+    """The store's path (SQLite) or URL (PostgreSQL), as every worker opens it."""
+    model: str | None = None
+    """The model spec; None means the configured default."""
+    connections: int | None = None
+    """Model calls in flight at most per backend in one process (threads wait for a slot)."""
+    experience: bool = True
+    """Tasks share the experience library: a repair learnt by one is reused by the others."""
+    governor: bool = False
+    """The ROI governor may cut retries for a task family where they have not paid (changes what a
+    batch measures, so off by default)."""
+    budget: dict[str, Any] = field(default_factory=dict)
+    """Budget fields (max_tokens, max_calls, max_seconds, max_reflections) for each task."""
+
+
+def namespace(batch_id: str) -> str:
+    """Where a batch keeps its tasks' records."""
+    return f"batch:{batch_id}"
+
+
+# --- per-process caches: one store and one model per process, shared by its threads ----------------------
+
+_STORES: dict[tuple[int, str], Store] = {}
+_MODELS: dict[tuple[int, str | None], Model] = {}
+_GUARD = threading.Lock()
+
+
+def worker_store(target: str) -> Store:
+    """This process's store for `target` (a pool or connection does not survive a fork: keyed by pid)."""
+    from ..trace import open_store
+
+    key = (os.getpid(), target)
+    with _GUARD:
+        if key not in _STORES:
+            _STORES[key] = open_store(target)
+        return _STORES[key]
+
+
+def worker_model(spec: str | None, connections: int | None) -> Model:
+    """The model for a task. A scripted model is built for each task (its queue of replies is per-run
+    state); any other is built once per process and shared by its threads, under the connection limit."""
+    from ..models.limit import limited
+    from ..models.spec import resolve
+
+    if spec is not None and spec.startswith("scripted:"):
+        return resolve(spec)
+    key = (os.getpid(), spec)
+    with _GUARD:
+        if key not in _MODELS:
+            _MODELS[key] = limited(resolve(spec), connections)
+        return _MODELS[key]
+
+
+# --- result rows ------------------------------------------------------------------------------------------
+
+def make_row(config: BatchConfig, task: TaskLine, result: dict[str, Any], *, seconds: float | None,
+             worker: str = WORKER) -> dict[str, Any]:
+    """A task's result row, as the results file and the store keep it."""
+    total = result.get("total_usage") or {}
+    return {
+        "batch": config.batch_id, "key": task.key, "line": task.line, "run_id": result.get("run_id"),
+        "stop_reason": result.get("stop_reason"), "passed": result.get("stop_reason") == "PASSED",
+        "output": result.get("output"), "best": result.get("best"), "iterations": result.get("iterations", 0),
+        "tokens": int(total.get("input_tokens", 0)) + int(total.get("output_tokens", 0)),
+        "calls": int(total.get("calls", 0)), "error": result.get("error"),
+        "counters": result.get("counters") or {}, "seconds": seconds, "worker": worker, "meta": task.meta,
+    }
+
+
+def _crash_row(config: BatchConfig, task: TaskLine, run_id: str, error: str, seconds: float) -> dict[str, Any]:
+    return make_row(config, task, {"run_id": run_id, "stop_reason": "ERROR", "error": error[:500]}, seconds=seconds)
+
+
+def failed(task: TaskLine, error: str) -> dict[str, Any]:
+    """What a worker reports for a task it could not run (its worker died, another process holds it): no
+    result, so a re-run runs it."""
+    return {"state": "failed", "key": task.key, "error": error}
+
+
+# --- one task ---------------------------------------------------------------------------------------------
+
+def run_task(config: BatchConfig, task: TaskLine) -> dict[str, Any]:
+    """Run (or resume, or skip) one task; its record in the store says which. Returns {"state": "done",
+    "row": ...}, {"state": "interrupted"} (Ctrl-C: the run resumes on a re-run) or a `failed` report.
+    A setup fault before the run opened (no such model backend, no store) raises ReflexaError."""
+    store = worker_store(config.store)
+    ns = namespace(config.batch_id)
+    state = store.get(ns, task.key) or {}
+    if state.get("state") == "done":
+        return {"state": "done", "row": state["row"]}
+    resume: str | None = None
+    if run_id := state.get("run_id"):
+        record = store.get_run(run_id)
+        if record is not None and record.status == "finished" and record.result is not None:
+            # Killed after the run ended but before its record said so: the result is there already.
+            return _done(store, ns, task, make_row(config, task, record.result, seconds=None))
+        resume = record.run_id if record is not None else None
+    opened: list[str] = []
+
+    def observer(event: str, data: Any) -> None:
+        if event == "run" and not opened:
+            opened.append(data)
+            store.put(ns, task.key, {"state": "running", "run_id": data, "line": task.line, "worker": WORKER,
+                                     "since": time.time()})
+
+    started = time.time()
+    try:
+        result = _run(config, task, store, observer, resume).to_dict()
+    except RunInterrupted:
+        return {"state": "interrupted", "key": task.key}
+    except RunLeased as exc:
+        return failed(task, str(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug in a check or in reflexa: the run is stored as ERROR
+        if not opened:
+            raise
+        message = exc.explained() if isinstance(exc, ReflexaError) else f"internal error: {type(exc).__name__}: {exc}"
+        return _done(store, ns, task, _crash_row(config, task, opened[0], message, time.time() - started))
+    return _done(store, ns, task, make_row(config, task, result, seconds=round(time.time() - started, 3)))
+
+
+def _done(store: Store, ns: str, task: TaskLine, row: dict[str, Any]) -> dict[str, Any]:
+    store.put(ns, task.key, {"state": "done", "row": row})
+    return {"state": "done", "row": row}
+
+
+def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resume: str | None) -> Any:
+    """The task's loop, in a session on the shared store."""
+    from ..loops import Session
+    from ..reflect import ExperienceLibrary, Governor
+    from ..types import Budget
+
+    session = Session(model=worker_model(task.model or config.model, config.connections), store=store,
+                      observer=observer, experience=ExperienceLibrary(store) if config.experience else None,
+                      governor=Governor(store) if config.governor else None)
+    budget = Budget(**config.budget)
+    meta = {"batch": config.batch_id, "batch_task": task.key}
+    if config.loop == "refine":
+        from ..loops.refine import MAX_ATTEMPTS, refine
+
+        return refine(task.task, _refine_checks(task), session=session, budget=budget, meta=meta, resume=resume,
+                      max_attempts=task.max_iterations or MAX_ATTEMPTS)
+    if config.loop == "react":
+        from ..cli.inputs import sql_validator
+        from ..loops.react import MAX_STEPS, react
+        from ..tools import ToolRegistry, sql_tools
+
+        assert task.db is not None  # checked when the file was read
+        db = Path(task.db)
+        validator = sql_validator(db, task.validate_) if task.validate_ is not None else None
+        return react(task.task, ToolRegistry(sql_tools(db, write=task.write)), session=session, budget=budget,
+                     validator=validator, meta={**meta, "toolset": "sql", "db": str(db)}, resume=resume,
+                     max_steps=task.max_iterations or MAX_STEPS)
+    if config.loop == "research":
+        from ..loops.research import ROUNDS, research
+        from ..search import SearchCache
+
+        return research(task.task, _search_backend(task), session=session, budget=budget,
+                        cache=SearchCache(store), meta=meta, resume=resume, max_rounds=task.max_iterations or ROUNDS)
+    raise ConfigError(f"unknown loop {config.loop!r}")
+
+
+def _refine_checks(task: TaskLine) -> list[Any]:
+    from ..evaluate import CommandCheck, JsonSchemaCheck, Limits, PytestCheck, PythonScriptCheck, RegexCheck, Sandbox
+
+    sandbox = Sandbox(Limits(timeout=task.timeout, cpu_seconds=max(1, int(task.timeout))))
+    checks: list[Any] = []
+    if task.tests:
+        checks.append(PytestCheck(Path(task.tests), sandbox=sandbox))
+    if task.test_code:
+        checks.append(PythonScriptCheck(task.test_code, sandbox=sandbox))
+    if task.check:
+        checks.append(CommandCheck(task.check, out=task.out, workdir=Path(task.workdir), sandbox=sandbox))
+    if task.regex is not None:
+        checks.append(RegexCheck(task.regex))
+    if task.json_schema is not None:
+        checks.append(JsonSchemaCheck(task.json_schema))
+    return checks
+
+
+def _search_backend(task: TaskLine) -> Any:
+    if task.search == "local":
+        from ..search import LocalCorpus
+
+        assert task.corpus is not None  # checked when the file was read
+        backend = LocalCorpus.for_folder(Path(task.corpus))
+        backend.index(Path(task.corpus))
+        return backend
+    from ..search.web import backend as web_backend
+
+    return web_backend(task.search)
+
+
+def record_row(store: Store, config: BatchConfig, task: TaskLine) -> dict[str, Any] | None:
+    """The task's finished row from the store, or None while it has none."""
+    state = store.get(namespace(config.batch_id), task.key) or {}
+    return state.get("row") if state.get("state") == "done" else None
+
+
+__all__ = ["BatchConfig", "make_row", "namespace", "record_row", "run_task", "worker_model",
+           "worker_store"]

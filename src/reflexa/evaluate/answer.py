@@ -1,0 +1,89 @@
+"""Validators for a final answer: checks against the world that say None when the answer holds, else what
+is wrong. `react --validate` and `plan`'s sub-goal checks build theirs here."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..types import ErrorCode, Signal
+from .checks import CheckContext
+
+Validator = Callable[[str], str | None]
+"""Checks a final answer against the world: None when it holds, else what is wrong."""
+
+COMMAND_TIMEOUT = 30
+"""Seconds a validation command may run."""
+
+
+def is_sql(validate: str) -> bool:
+    """Whether --validate text is an SQL query (it starts with SELECT or WITH) rather than a shell command."""
+    return validate.lstrip().split(None, 1)[0].upper() in ("SELECT", "WITH") if validate.strip() else False
+
+
+def answer_validator(validate: str, db: Path | None = None) -> Validator:
+    """An SQL query (SELECT/WITH) that must return a row on `db`, opened read-only, with the answer bound
+    to :answer; or a shell command that must exit 0, with the answer in $REFLEXA_ANSWER."""
+    if not validate.strip():
+        raise ConfigError("the validation is empty")
+    if is_sql(validate) and db is None:
+        raise ConfigError("an SQL validation needs a database", hint="give --db")
+    path = Path(db).resolve() if db is not None else None
+
+    def check_sql(answer: str) -> str | None:
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+                params = {"answer": answer} if ":answer" in validate else {}
+                row = conn.execute(validate, params).fetchone()
+        except sqlite3.Error as exc:
+            return f"the validation query failed: {exc}"
+        return None if row is not None else "the validation query returned no row for this answer"
+
+    def check_command(answer: str) -> str | None:
+        try:
+            done = subprocess.run(validate, shell=True, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                                  env={**os.environ, "REFLEXA_ANSWER": answer})
+        except subprocess.TimeoutExpired:
+            return f"the validation command timed out after {COMMAND_TIMEOUT} s"
+        if done.returncode == 0:
+            return None
+        return f"the validation command exited {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+
+    return check_sql if is_sql(validate) else check_command
+
+
+def regex_validator(pattern: str) -> Validator:
+    """The answer must contain a match for `pattern` (re.search). A bad pattern is a ConfigError."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"bad regex {pattern!r}: {exc}") from None
+    return lambda answer: None if regex.search(answer) else f"the answer does not match /{pattern}/"
+
+
+def all_of(validators: Sequence[Validator]) -> Validator | None:
+    """One validator that holds when every one of `validators` holds (None when there are none)."""
+    if not validators:
+        return None
+    return lambda answer: next((p for v in validators if (p := v(answer)) is not None), None)
+
+
+class ValidatorCheck:
+    """A validator as a refine Check: the candidate is the answer."""
+
+    subjective = False
+
+    def __init__(self, validator: Validator, name: str = "validate") -> None:
+        self.validator = validator
+        self.name = name
+
+    def run(self, candidate: str, context: CheckContext) -> Signal:
+        problem = self.validator(candidate)
+        if problem is None:
+            return Signal(self.name, True, message="the answer holds", score=1.0)
+        return Signal(self.name, False, ErrorCode.VALIDATION_FAILED, problem)

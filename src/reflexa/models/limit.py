@@ -1,0 +1,53 @@
+"""A connection limit per backend: at most N calls in flight to one server, however many sessions share it.
+
+Sessions that run side by side in one process (threads) each call their model; a server (vLLM, Ollama,
+llama.cpp's server, a hosted API) serves only so many requests at once before it queues or refuses them.
+`limited(model, n)` wraps a model so that its calls wait for one of `n` slots, and every model that talks
+to the same backend (the same base URL, or the same backend name) shares those slots.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..structured import Message
+from .base import Generation, Model
+
+_SLOTS: dict[str, tuple[int, threading.BoundedSemaphore]] = {}
+_GUARD = threading.Lock()
+
+
+def backend_key(model: Model) -> str:
+    """What identifies a backend for its connection limit: a server's base URL, else the model's name."""
+    return str(getattr(model, "base_url", None) or model.name)
+
+
+def slots(key: str, limit: int) -> threading.BoundedSemaphore:
+    """The shared semaphore of a backend; the first limit given for a key is the one that holds."""
+    with _GUARD:
+        if key not in _SLOTS:
+            _SLOTS[key] = (limit, threading.BoundedSemaphore(limit))
+        return _SLOTS[key][1]
+
+
+class LimitedModel(Model):
+    """`inner`, with at most `limit` calls in flight per backend in this process (threads wait their turn)."""
+
+    def __init__(self, inner: Model, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("a connection limit is at least 1")
+        self.inner = inner
+        self.name = inner.name
+        self.key = backend_key(inner)
+        self._slots = slots(self.key, limit)
+
+    def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
+                  temperature: float) -> Generation:
+        with self._slots:
+            return self.inner._generate(messages, json_schema, max_tokens, temperature)
+
+
+def limited(model: Model, limit: int | None) -> Model:
+    """`model` under a per-backend connection limit; unchanged when `limit` is None."""
+    return model if limit is None else LimitedModel(model, limit)

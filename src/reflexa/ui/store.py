@@ -1,0 +1,166 @@
+"""The viewer's window on the trace: the CLI's SQLite store, opened read-only.
+
+The viewer never writes to the store. The file is opened with SQLite's `mode=ro` URI and `query_only`,
+so a write fails in SQLite itself; the write methods raise before reaching it. A store in WAL mode needs
+its `-wal` and `-shm` side files to be read: SQLite creates them (empty) next to the file when the
+writer left none. The database file itself is never changed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import StoreError
+from ..trace.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SQLiteStore
+from ..trace.store import Lease, RunRecord
+from ..types import Step, Usage
+
+SORTS = {
+    "started": "started_at",
+    "loop": "loop",
+    "status": "COALESCE(stop_reason, status)",
+    "model": "model",
+    "tokens": "tokens",
+    "duration": "duration",
+    "steps": "steps",
+}
+"""Columns the runs list sorts by (query parameter -> SQL expression)."""
+MAX_RUNS = 1000
+"""Rows the runs list shows at most, whatever `limit` asks."""
+
+
+@dataclass(slots=True)
+class RunRow:
+    """One line of the runs list."""
+
+    record: RunRecord
+    model: str
+    tokens: int
+    steps: int
+    duration: float
+    """Seconds from start to end; for a run still going, to now."""
+    live: bool
+    """A running run whose process still holds its lease (False: finished, or killed while running)."""
+
+
+class ReadOnlyStore(SQLiteStore):
+    """A SQLiteStore that only reads. Opening a missing file or one that is not a reflexa trace is a
+    StoreError, never a new empty store."""
+
+    def __init__(self, path: str | Path) -> None:
+        # Not SQLiteStore.__init__: that one creates the file and migrates it.
+        self.path = Path(path)
+        self.lease_ttl = 3600.0
+        self._lock = threading.RLock()
+        if not self.path.is_file():
+            raise StoreError(f"no trace store at {self.path}",
+                             hint="run a loop first (it creates the store), or pass --trace PATH")
+        self.db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+        try:
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the trace store at {self.path} read-only: {exc}") from None
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA query_only=ON")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreError(f"{self.path} is not a readable trace store: {exc}",
+                             hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
+        if version == 0 or version > len(MIGRATIONS):
+            db.close()
+            what = "not a reflexa trace store" if version == 0 else f"from a newer reflexa (schema {version})"
+            raise StoreError(f"{self.path} is {what}",
+                             hint="pass --trace PATH to the trace.db a reflexa command wrote")
+        return db
+
+    # --- never written ----------------------------------------------------------------------------------
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        raise StoreError("the trace viewer opens the store read-only")
+
+    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
+             defaults: Mapping[str, Any] | None = None, *,
+             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        raise StoreError("the trace viewer opens the store read-only")
+
+    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
+        raise StoreError("the trace viewer opens the store read-only")
+
+    # --- what the viewer asks ---------------------------------------------------------------------------
+
+    def search_runs(self, *, loop: str | None = None, status: str | None = None, model: str | None = None,
+                    text: str | None = None, sort: str = "started", descending: bool = True,
+                    limit: int = 200) -> list[RunRow]:
+        """Runs matching every filter given: `status` is the run's status or its stop reason; `text` a
+        case-blind part of the task or the start of the run id. Unknown sorts fall back to start time."""
+        where: list[str] = ["1"]
+        params: list[str | int] = []
+        if loop:
+            where.append("loop = ?")
+            params.append(loop)
+        if status:
+            where.append("(status = ? OR stop_reason = ?)")
+            params += [status, status]
+        if model:
+            where.append("model = ?")
+            params.append(model)
+        if text:
+            # instr, not LIKE: "%" and "_" in the filter are characters, not wildcards.
+            where.append("(instr(lower(task), lower(?)) > 0 OR substr(run_id, 1, ?) = ?)")
+            params += [text, len(text), text]
+        order = SORTS.get(sort, SORTS["started"])
+        sql = f"""
+            SELECT * FROM (
+                SELECT runs.*, COALESCE(json_extract(meta, '$.model'), '') AS model,
+                    (SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM steps s
+                     WHERE s.run_id = runs.run_id) AS tokens,
+                    (SELECT COUNT(*) FROM steps s WHERE s.run_id = runs.run_id) AS steps,
+                    COALESCE(ended_at, ?) - started_at AS duration
+                FROM runs)
+            WHERE {' AND '.join(where)}
+            ORDER BY {order} {'DESC' if descending else 'ASC'}, started_at DESC LIMIT ?"""
+        rows = self._read(sql, (time.time(), *params, max(1, min(limit, MAX_RUNS))))
+        return [RunRow(self._record(r), r["model"], r["tokens"], r["steps"], r["duration"],
+                       r["status"] == "running" and self.live(r["run_id"])) for r in rows]
+
+    def choices(self) -> dict[str, list[str]]:
+        """The values the runs list can filter on: loops, statuses and stop reasons, models."""
+        loops = [r[0] for r in self._read("SELECT DISTINCT loop FROM runs ORDER BY loop")]
+        statuses = [r[0] for r in self._read(
+            "SELECT DISTINCT status FROM runs UNION SELECT DISTINCT stop_reason FROM runs "
+            "WHERE stop_reason IS NOT NULL ORDER BY 1")]
+        models = [r[0] for r in self._read(
+            "SELECT DISTINCT json_extract(meta, '$.model') FROM runs WHERE json_extract(meta, '$.model') IS NOT NULL "
+            "ORDER BY 1")]
+        return {"loop": loops, "status": statuses, "model": [str(m) for m in models]}
+
+    def steps_after(self, run_id: str, after: int) -> list[Step]:
+        """The run's steps numbered above `after`: what a live view has not shown yet."""
+        from ..trace.store import step_from_row
+
+        rows = self._read("SELECT * FROM steps WHERE run_id=? AND step_id>? ORDER BY step_id", (run_id, after))
+        return [step_from_row(dict(r)) for r in rows]
+
+    def usage_by_role(self, run_id: str) -> dict[str, Usage]:
+        """Tokens and calls per role, summed over the stored steps (for a run with no result yet)."""
+        rows = self._read("SELECT role, SUM(input_tokens), SUM(output_tokens), SUM(calls) FROM steps "
+                          "WHERE run_id=? AND role IS NOT NULL GROUP BY role ORDER BY role", (run_id,))
+        return {r[0]: Usage(r[1], r[2], r[3]) for r in rows if r[1] or r[2] or r[3]}
+
+    def live(self, run_id: str) -> bool:
+        """Whether a live process holds the run's lease (the run is really going on)."""
+        rows = self._read("SELECT * FROM leases WHERE run_id=?", (run_id,))
+        return bool(rows) and Lease(**dict(rows[0])).live(time.time(), self.lease_ttl)

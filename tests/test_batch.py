@@ -1,0 +1,286 @@
+"""`reflexa batch`: the tasks file, resuming a batch, results written whole, workers sharing what they learn."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _pg import pg_server  # noqa: F401 - a fixture
+from typer.testing import CliRunner
+
+from reflexa.batch import read_tasks, run_batch
+from reflexa.batch.results import ResultsFile
+from reflexa.cli.app import app
+from reflexa.errors import ConfigError
+from reflexa.models.base import Generation, Model
+from reflexa.models.limit import LimitedModel
+from reflexa.trace import open_store
+
+GOOD = "```\nGOOD\n```"
+BAD = "```\nbad\n```"
+LESSON = {"failure_step": "the answer", "observed_mismatch": "bad does not match", "root_cause": "forgot it",
+          "correction": "write GOOD"}
+
+
+def write_tasks(folder: Path, lines) -> Path:
+    path = folder / "tasks.jsonl"
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def replies(folder: Path, name: str, items) -> str:
+    (folder / name).write_text(json.dumps(items))
+    return f"scripted:{folder / name}"
+
+
+def rows(path: Path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def runs_per_task(target: str, batch: str) -> dict[str, int]:
+    """How many runs with at least one step each task of the batch has in the store."""
+    store = open_store(target)
+    counts: dict[str, int] = {}
+    for record in store.runs(100_000):
+        if record.meta.get("batch") == batch and store.steps(record.run_id):
+            counts[record.meta["batch_task"]] = counts.get(record.meta["batch_task"], 0) + 1
+    store.close()
+    return counts
+
+
+# --- the tasks file ---------------------------------------------------------------------------------------
+
+def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
+    (tmp_path / "t.py").write_text("def test_x(): pass\n")
+    path = write_tasks(tmp_path, [
+        {"task": "ok", "regex": "x"},
+        "{not json",
+        {"task": "no check"},
+        "",
+        {"task": "typo", "regx": "x"},
+        {"id": "a", "task": "t", "tests": "t.py"},
+        {"id": "a", "task": "t", "tests": "missing.py"},
+        [1, 2],
+        {"task": "", "regex": "("},
+        {"task": "x", "db": "shop.sqlite", "regex": "x"},
+    ])
+    with pytest.raises(ConfigError) as rejected:
+        read_tasks(path, "refine")
+    message = str(rejected.value)
+    for expected in ("line 2: not JSON", "line 3: a refine task needs a check", "line 5: regx: unknown field",
+                     "line 7: tests: file not found: missing.py", "line 7: id 'a' is already used on line 6",
+                     "line 8: must be a JSON object", "line 9: task:", "line 10: db: not a field of a refine task"):
+        assert expected in message
+    assert "line 1:" not in message and "line 6:" not in message
+
+
+def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
+    path = write_tasks(tmp_path, [{"task": "goal"}])
+    result = CliRunner().invoke(app, ["batch", str(path), "--loop", "react", "--trace", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and "line 1: db: required" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["batch", str(path), "--loop", "nope"])
+    assert result.exit_code == 2 and "unknown loop" in result.output
+    result = CliRunner().invoke(app, ["batch", str(tmp_path / "none.jsonl"), "--loop", "refine"])
+    assert result.exit_code == 2 and "tasks file not found" in result.output
+
+
+def test_paths_are_relative_to_the_tasks_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "test_it.py").write_text("def test_x(): pass\n")
+    (task,) = read_tasks(write_tasks(tmp_path / "sub", [{"task": "t", "tests": "test_it.py"}]), "refine")
+    assert task.tests == str((tmp_path / "sub" / "test_it.py").resolve()) and task.key == "line-1"
+
+
+# --- running and re-running -------------------------------------------------------------------------------
+
+def test_a_batch_runs_every_task_once_and_a_rerun_skips_them(tmp_path):
+    model = replies(tmp_path, "good.json", [GOOD])
+    path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD", "meta": {"n": i}}
+                                  for i in range(12)])
+    trace = str(tmp_path / "trace.db")
+    seen = []
+    state = run_batch(path, "refine", store=trace, model=model, concurrency=4, progress=lambda s: seen.append(s.done))
+    assert (state.done, state.passed, state.failed, state.remaining) == (12, 12, 0, 0) and seen[-1] == 12
+    out = rows(tmp_path / "tasks.results.jsonl")
+    assert sorted(r["key"] for r in out) == sorted(f"t{i}" for i in range(12))
+    assert all(r["passed"] and r["batch"] == state.batch_id and r["meta"]["n"] == int(r["key"][1:]) for r in out)
+    again = run_batch(path, "refine", store=trace, model=model, concurrency=4)
+    assert (again.batch_id, again.skipped, again.done) == (state.batch_id, 12, 0)
+    assert len(rows(tmp_path / "tasks.results.jsonl")) == 12
+    assert runs_per_task(trace, state.batch_id) == {f"t{i}": 1 for i in range(12)}
+    other = run_batch(path, "refine", store=trace, model=model, budget={"max_calls": 5})  # other options: a new batch
+    assert other.batch_id != state.batch_id and other.done == 12
+
+
+def test_a_run_that_fails_is_a_result_and_the_exit_code_says_so(tmp_path):
+    model = replies(tmp_path, "bad.json", [BAD] * 10)
+    path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD", "max_iterations": 1}])
+    result = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "--json",
+                                      "--trace", str(tmp_path / "t.db")])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert (report["done"], report["passed"], report["failed"]) == (1, 0, 0)
+    (row,) = rows(tmp_path / "tasks.results.jsonl")
+    assert row["stop_reason"] == "MAX_ITERATIONS" and not row["passed"]
+    crash = write_tasks(tmp_path, [{"task": "t", "regex": "GOOD"}])
+    empty = replies(tmp_path, "none.json", [])  # no replies: the model fails, the run ends in ERROR
+    result = CliRunner().invoke(app, ["batch", str(crash), "-l", "refine", "-m", empty, "--json",
+                                      "--trace", str(tmp_path / "t.db"), "-o", str(tmp_path / "r.jsonl")])
+    assert result.exit_code == 1 and json.loads(result.output)["failed"] == 1
+
+
+def test_a_partial_last_line_is_cut_before_appending(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"batch": "b", "key": "a"}) + "\n" + json.dumps({"batch": "x", "key": "b"}) + "\n"
+                    + '{"batch": "b", "key": "c", "outp')
+    results = ResultsFile(path, "b")
+    assert results.keys == {"a"}
+    assert results.append({"batch": "b", "key": "c"}) and not results.append({"batch": "b", "key": "a"})
+    results.close()
+    assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a", "b", "c"]
+
+
+def test_a_second_driver_of_the_same_batch_is_refused(tmp_path):
+    model = replies(tmp_path, "good.json", [GOOD])
+    path = write_tasks(tmp_path, [{"task": "t", "regex": "GOOD"}])
+    from reflexa.batch.runner import batch_id
+    from reflexa.batch.worker import namespace
+
+    trace = str(tmp_path / "t.db")
+    ident = batch_id(path.read_bytes(), "refine", {"model": model, "budget": {}, "experience": True,
+                                                   "governor": False})
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        open_store(trace).acquire_lease(namespace(ident), "other-driver", sleeper.pid)
+        with pytest.raises(ConfigError, match=f"already running: pid {sleeper.pid}"):
+            run_batch(path, "refine", store=trace, model=model)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert run_batch(path, "refine", store=trace, model=model).done == 1  # its holder is gone
+
+
+# --- workers share the experience library -----------------------------------------------------------------
+
+def test_a_repair_learnt_by_one_worker_process_is_used_by_another(tmp_path):
+    learns = replies(tmp_path, "a.json", [BAD, LESSON, GOOD])
+    reuses = replies(tmp_path, "b.json", [BAD, GOOD])  # no lesson in its script: it must come from A
+    path = write_tasks(tmp_path, [{"id": "a", "task": "say GOOD", "regex": "GOOD", "model": learns},
+                                  {"id": "b", "task": "say GOOD", "regex": "GOOD", "model": reuses}])
+    # One task at a time, each in a fresh worker process: A has finished (and learnt) before B starts.
+    state = run_batch(path, "refine", store=str(tmp_path / "t.db"), concurrency=1, executor="processes",
+                      max_tasks_per_worker=1)
+    assert state.passed == 2
+    a, b = sorted(rows(tmp_path / "tasks.results.jsonl"), key=lambda r: r["key"])
+    assert a["worker"] != b["worker"] and a["worker"].split(":")[1] != str(os.getpid())
+    assert a["counters"]["reflector_calls"] == 1 and a["counters"]["experience_hits"] == 0
+    assert b["counters"]["experience_hits"] == 1 and b["counters"]["reflector_calls"] == 0
+
+
+# --- the connection limit ---------------------------------------------------------------------------------
+
+class Gate(Model):
+    """Holds every call until released; counts the calls in flight."""
+
+    name = "gate"
+    base_url = "http://127.0.0.1:1/v1"
+
+    def __init__(self):
+        self.inflight = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def _generate(self, messages, json_schema, max_tokens, temperature):
+        with self.lock:
+            self.inflight += 1
+            self.peak = max(self.peak, self.inflight)
+        self.entered.release()
+        self.release.wait(30)
+        with self.lock:
+            self.inflight -= 1
+        return Generation("ok", 1, 1)
+
+
+def test_the_connection_limit_holds_across_models_of_one_backend():
+    gate = Gate()
+    models = [LimitedModel(gate, 3), LimitedModel(gate, 3)]  # two sessions' models, one server
+    threads = [threading.Thread(target=models[i % 2].complete, args=([{"role": "user", "content": "x"}],))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for _ in range(3):
+        assert gate.entered.acquire(timeout=30)
+    assert not gate.entered.acquire(timeout=0.2)  # the fourth waits for a slot
+    gate.release.set()
+    for t in threads:
+        t.join(30)
+    assert gate.peak == 3 and gate.inflight == 0
+
+
+# --- killed drivers ---------------------------------------------------------------------------------------
+
+def _cli(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "reflexa.cli", "batch", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _slow_tasks(folder: Path, n: int):
+    # A check that takes a moment, so that the driver is killed with tasks in flight.
+    return write_tasks(folder, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD", "check": "sleep 0.3"}
+                                for i in range(n)])
+
+
+def _kill_when(proc, results: Path, lines: int, sig=signal.SIGKILL) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and results.read_text().count("\n") >= lines:
+            proc.send_signal(sig)
+            break
+        time.sleep(0.05)
+    proc.communicate(timeout=120)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_killed_driver_loses_nothing_and_a_rerun_runs_each_task_once(tmp_path, kind, request):
+    trace = str(tmp_path / "t.db") if kind == "sqlite" else request.getfixturevalue("pg_server").database()
+    model = replies(tmp_path, "good.json", [GOOD])
+    path = _slow_tasks(tmp_path, 16)
+    results = tmp_path / "tasks.results.jsonl"
+    args = [str(path), "-l", "refine", "-m", model, "--trace", trace, "-c", "4", "--json"]
+    first = _cli(*args)
+    _kill_when(first, results, 3)
+    assert first.returncode == -signal.SIGKILL
+    before = len(rows(results))
+    assert 3 <= before < 16
+    second = _cli(*args)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    report = json.loads(out)
+    assert report["done_before"] >= before and report["done_before"] + report["done"] == 16
+    keys = [r["key"] for r in rows(results)]
+    assert sorted(keys) == sorted(f"t{i}" for i in range(16))  # every result once
+    assert runs_per_task(trace, report["batch"]) == {f"t{i}": 1 for i in range(16)}  # no task run twice
+
+
+def test_ctrl_c_leaves_whole_results_and_a_rerun_finishes(tmp_path):
+    trace = str(tmp_path / "t.db")
+    model = replies(tmp_path, "good.json", [GOOD])
+    path = _slow_tasks(tmp_path, 12)
+    results = tmp_path / "tasks.results.jsonl"
+    args = [str(path), "-l", "refine", "-m", model, "--trace", trace, "-c", "3", "--json"]
+    first = _cli(*args)
+    _kill_when(first, results, 2, signal.SIGINT)
+    assert first.returncode == 130
+    assert results.read_text().endswith("\n") and all(r["key"] for r in rows(results))
+    second = _cli(*args)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert sorted(r["key"] for r in rows(results)) == sorted(f"t{i}" for i in range(12))
+    assert runs_per_task(trace, json.loads(out)["batch"]) == {f"t{i}": 1 for i in range(12)}

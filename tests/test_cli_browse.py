@@ -1,0 +1,122 @@
+"""Browsing runs from the terminal: `runs` with filters and --json, `show` with times, the answer and how
+to go on, a run whose process died shown as stale, and the small flags (`--version`, `experience --json`)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from reflexa.cli.app import app
+from reflexa.cli.browse import parse_since, parse_status, runs_table
+from reflexa.errors import ConfigError
+from reflexa.trace.sqlite import SQLiteStore
+from reflexa.trace.store import RunRecord
+
+runner = CliRunner()
+RIGHT = "```python\ndef add(a, b):\n    return a + b\n```"
+TESTS = "from solution import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    """A trace with one finished refine run (made through the CLI) in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_add.py").write_text(TESTS)
+    (tmp_path / "r.json").write_text(json.dumps([RIGHT]))
+    assert invoke("refine", "--task", "Write add(a, b)\nwith a docstring", "--tests", "test_add.py", "-q",
+                  "--model", f"scripted:{tmp_path / 'r.json'}").exit_code == 0
+    return SQLiteStore(os.environ["REFLEXA_TRACE"])
+
+
+def dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_a_run_whose_process_died_is_stale_not_running(store):
+    store.start_run(RunRecord("deadbeef" * 4, "react", "killed midway", started_at=time.time(),
+                              meta={"model": "scripted"}))
+    store.acquire_lease("deadbeef" * 4, "gone", dead_pid())
+    rows = json.loads(invoke("runs", "--json").output)
+    assert {r["run_id"][:8]: r["status"] for r in rows} == {"deadbeef": "stale", rows[1]["run_id"][:8]: "finished"}
+    assert json.loads(invoke("runs", "--status", "running", "--json").output) == []
+    assert [r["loop"] for r in json.loads(invoke("runs", "--status", "stale", "--json").output)] == ["react"]
+    shown = invoke("show", "deadbeef")
+    assert "no live process holds it" in shown.output and "reflexa resume deadbeef" in shown.output
+
+
+def test_runs_filters_and_json_fields(store):
+    rows = json.loads(invoke("runs", "--json", "--loop", "refine", "--status", "passed", "--since", "1h").output)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "finished" and row["stop_reason"] == "PASSED" and row["model"] == "scripted"
+    assert row["duration_seconds"] >= 0 and row["calls"] == 1 and row["task"].startswith("Write add")
+    assert json.loads(invoke("runs", "--json", "--loop", "react").output) == []
+    assert json.loads(invoke("runs", "--json", "--since", "2999-01-01").output) == []
+    assert invoke("runs", "--loop", "react").output.strip() == "no runs match"
+    for bad, message in (("--since", "yesterday"), ("--status", "bogus")):
+        result = invoke("runs", bad, message)
+        assert result.exit_code == 2 and ("--since must be" in result.output or "unknown status" in result.output)
+
+
+def test_parse_since_and_status():
+    assert parse_since("2h", now=10_000.0) == 10_000.0 - 7200
+    assert parse_since("1.5d", now=200_000.0) == 200_000.0 - 1.5 * 86400
+    assert parse_since("2026-11-30") > 0
+    with pytest.raises(ConfigError):
+        parse_since("soon")
+    assert parse_status("Stale") == "stale" and parse_status("no_progress") == "NO_PROGRESS"
+
+
+def test_the_runs_table_never_wraps_a_row():
+    from rich.console import Console
+
+    records = [(RunRecord("a" * 32, "research", "a long task " * 20, status="finished", stop_reason=reason,
+                          started_at=1_700_000_000.0, ended_at=1_700_000_100.0,
+                          meta={"model": "openai:http://127.0.0.1:8000/v1#some-long-model-name"}), "finished")
+               for reason in ("ANSWERED_UNVERIFIED", "PASSED")]
+    for width in (80, 100, 160):
+        console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115 - a sink
+        console.print(runs_table(records, width))
+        lines = console.export_text().splitlines()
+        assert len(lines) == 4 and all(len(line) <= width for line in lines)  # header, rule, two rows
+        assert "UNVERIFIED" in lines[2] and "aaaaaaaaaaaa" in lines[2] and "1m40s" in lines[2]
+        assert "a long task a" in lines[2] and lines[2].endswith("…")
+        assert ("model" in lines[0]) == (width == 160)  # left out where the task would keep too little room
+
+
+def test_show_has_times_status_and_distinct_errors(store):
+    run_id = store.runs()[0].run_id
+    shown = invoke("show", run_id[:6])
+    assert shown.exit_code == 0
+    assert "refine · model scripted · PASSED" in shown.output and "started " in shown.output
+    assert "took" in shown.output and "verdict: PASS" in shown.output
+    unknown, empty = invoke("show", "zzzz"), invoke("show", "")
+    assert unknown.exit_code == 2 and "no run has an id starting with 'zzzz'" in unknown.output
+    assert empty.exit_code == 2 and "no run id given" in empty.output
+
+
+def test_show_prints_a_research_answer_with_its_references(store):
+    answer = "Paris is the capital [1].\n\nReferences:\n[1] docs/france.md: Paris is the capital of France."
+    store.start_run(RunRecord("feedface" * 4, "research", "capital of France?", started_at=time.time(),
+                              meta={"model": "scripted"}))
+    store.finish_run("feedface" * 4, "PASSED", time.time(), {"output": answer, "usage": {}, "notes": [],
+                                                             "counters": {}})
+    shown = invoke("show", "feedface")
+    assert "Paris is the capital [1]." in shown.output and "[1] docs/france.md" in shown.output
+
+
+def test_version_help_and_experience_json(tmp_path):
+    from reflexa import __version__
+
+    assert invoke("--version").output.strip() == f"reflexa {__version__}"
+    assert "[n]" in invoke("research", "--help").output and "[n]" in invoke("--help").output
+    assert json.loads(invoke("experience", "--json").output) == []

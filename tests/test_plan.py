@@ -1,0 +1,227 @@
+"""`plan`: a goal tree over react units, with the scripted model. Each test scripts the planner (or gives
+the tree) and every unit's actions, in the order the plan runs them."""
+
+import json
+
+import pytest
+
+from reflexa import Budget, ConfigError, ErrorCode, MemoryStore, ScriptedModel, Session, StopReason, ToolError, tool
+from reflexa.loops import plan
+from reflexa.loops.goals import GoalTree, find_cycle, order, parse, problems
+from reflexa.loops.plan import PlanMade, Propagated, UnitStatus
+
+WORDS = iter(f"thought {a}{b}" for a in "abcdefghijklmnopqrstuvwxyz" for b in "abcdefghijklmnopqrstuvwxyz")
+
+
+def act(tool_name, **args):
+    return {"action": {"thought": next(WORDS), "tool": tool_name, "args": args, "confidence": 0.9}}
+
+
+def final(answer):
+    return act("final_answer", answer=answer)
+
+
+def sub(name, task=None, depends_on=(), **extra):
+    return {"name": name, "task": task or f"find the {name}", "depends_on": list(depends_on), **extra}
+
+
+def tree(*subgoals, facts=()):
+    return {"goal": "composite", "facts": list(facts), "subgoals": list(subgoals)}
+
+
+CALLS: list[str] = []
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    CALLS.append(f"lookup:{key}")
+    return {"order": "customer 17", "customer": "Lisbon", "city": "3 customers"}.get(key, "nothing")
+
+
+@tool
+def prices(item: str) -> str:
+    """The price endpoint."""
+    CALLS.append(f"prices:{item}")
+    raise ToolError(ErrorCode.TOOL_ERROR, "price endpoint unstable: 503 from upstream")
+
+
+@tool
+def broken(item: str) -> str:
+    """A tool that can never work."""
+    CALLS.append(f"broken:{item}")
+    raise ToolError(ErrorCode.TOOL_ERROR, "broken service decommissioned", fatal=True)
+
+
+TOOLS = [lookup, prices, broken]
+
+
+@pytest.fixture(autouse=True)
+def _calls():
+    CALLS.clear()
+
+
+def session(*replies, store=None):
+    model = ScriptedModel(replies)
+    return Session(model=model, store=store or MemoryStore()), model
+
+
+def statuses(store, run_id):
+    return [(p.name, p.status) for p in (s.payload() for s in store.steps(run_id)) if isinstance(p, UnitStatus)]
+
+
+def test_a_cycle_and_an_unknown_dependency_are_rejected():
+    cyclic, _ = parse(tree(sub("a", depends_on=["c"]), sub("b", depends_on=["a"]), sub("c", depends_on=["b"])))
+    assert find_cycle(cyclic) == ["a", "c", "b", "a"]
+    assert any("cycle" in p for p in problems(cyclic, ["lookup"]))
+    unknown, _ = parse(tree(sub("a"), sub("b", depends_on=["nope"]), sub("a", tools=["shovel"])))
+    found = problems(unknown, ["lookup"])
+    assert "b depends on unknown sub-goal 'nope'" in found
+    assert "sub-goal name 'a' is used twice" in found and any("unknown tool 'shovel'" in p for p in found)
+    with pytest.raises(ConfigError, match="cycle"):
+        plan("goal", TOOLS, tree=tree(sub("a", depends_on=["a2"]), sub("a2", depends_on=["a"])))
+
+
+def test_the_planner_is_re_asked_once_with_the_errors_then_stops_unrecoverable():
+    bad = tree(sub("a", depends_on=["b"]), sub("b", depends_on=["a"]))
+    s, model = session(bad, tree(sub("a"), sub("b", depends_on=["zzz"])))
+    result = plan("Do two things", TOOLS, session=s)
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "unknown sub-goal 'zzz'" in result.error
+    assert model.calls == 2 and "dependency cycle: a -> b -> a" in model.prompts[1][-1]["content"]
+
+
+def test_the_planner_s_fixed_plan_runs_after_the_re_ask():
+    s, model = session(tree(sub("a", tools=["shovel"])), tree(sub("a", tools=["lookup"])),
+                       act("lookup", key="order"), final("customer 17"))
+    result = plan("Who placed the order?", TOOLS, session=s)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.output == "customer 17"
+    made = [p for p in (st.payload() for st in s.store.steps(result.run_id)) if isinstance(p, PlanMade)]
+    assert made[0].source == "planner re-asked" and "unknown tool 'shovel'" in made[0].errors[0]
+
+
+def test_units_run_in_dependency_order_and_answers_flow_to_dependents():
+    given = tree(sub("city_count", "How many customers live in that city?", ["city"], check={"regex": r"\b3\b"}),
+                 sub("city", "Which city does that customer live in?", ["customer"], check={"regex": "Lisbon"}),
+                 sub("customer", "Who placed order 5?", check={"regex": "17"}), facts=["budget 5,000 EUR"])
+    s, model = session(act("lookup", key="order"), final("customer 17"),
+                       act("lookup", key="customer"), final("Lisbon"),
+                       act("lookup", key="city"), final("3"))
+    result = plan("How many customers share a city with the buyer of order 5?", TOOLS, session=s, tree=given)
+    assert result.stop_reason is StopReason.PASSED and result.output == "3" and result.best == "3"
+    assert order(GoalTree.model_validate(given)) == ["customer", "city", "city_count"]
+    assert [u["name"] for u in result.details["subgoals"]] == ["customer", "city", "city_count"]
+    units = [p[-1]["content"] for p in model.prompts]
+    assert "budget 5,000 EUR" in units[0] and "customer (Who placed order 5?) = customer 17" in units[2]
+    assert "city (Which city does that customer live in?) = Lisbon" in units[4]
+    children = [s.store.get_run(u["run_id"]) for u in result.details["subgoals"]]
+    assert all(c.meta["parent"] == result.run_id for c in children)
+    assert result.total_usage.calls == 6  # every unit's usage is the plan's
+
+
+def test_a_block_learnt_in_unit_1_is_enforced_in_unit_3():
+    reflection = {"failure_step": "step 1", "observed_mismatch": "the price endpoint answers 503 from upstream",
+                  "root_cause": "the endpoint is unstable", "correction": "use lookup instead",
+                  "control": "block_tool", "control_tool": "prices"}
+    given = tree(sub("one", "Price of a kettle?"), sub("two", "What is the order?", ["one"]),
+                 sub("three", "Price of a toaster?", ["two"]))
+    s, model = session(act("prices", item="kettle"), reflection, act("lookup", key="kettle"), final("39"),
+                       final("customer 17"),
+                       # unit three: the schema no longer offers prices (a re-ask), the call is refused
+                       act("prices", item="toaster"), act("prices", item="toaster"), "(no reflection)", final("29.5"))
+    result = plan("Prices", TOOLS, session=s, tree=given)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.output == "29.5"
+    assert CALLS == ["prices:kettle", "lookup:kettle"]  # unit three's call never ran the tool
+    propagated = [p for p in (st.payload() for st in s.store.steps(result.run_id)) if isinstance(p, Propagated)]
+    assert len(propagated) == 1 and propagated[0].origin == "one"
+    assert propagated[0].lesson.control.kind == "block_tool" and "503" in propagated[0].lesson.observed_mismatch
+    third = next(p for p in model.prompts if p[-1]["content"].startswith("Goal: Price of a toaster?"))
+    assert "- prices(" not in third[0]["content"] and "- lookup(" in third[0]["content"]
+    assert "use lookup instead" in third[-1]["content"]  # the originating lesson, in a policy slot
+    three = s.store.steps(result.details["subgoals"][2]["run_id"])
+    acted = [p for p in (st.payload() for st in three) if type(p).__name__ == "Acted"]
+    assert acted[0].code is ErrorCode.SCHEMA and "unknown tool" in acted[0].observation
+
+
+def test_an_unrecoverable_tool_error_blocks_the_tool_and_the_replan_avoids_it():
+    given = tree(sub("one", "Look up the order", tools=["broken", "lookup"]), sub("two", "Then the city", ["one"]))
+    s, model = session(act("broken", item="order"),
+                       {"task": "Look up the order with lookup", "tools": ["lookup"]},
+                       act("lookup", key="order"), final("customer 17"),
+                       act("lookup", key="customer"), final("Lisbon"))
+    result = plan("Where does the buyer live?", TOOLS, session=s, tree=given)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.output == "Lisbon"
+    assert CALLS == ["broken:order", "lookup:order", "lookup:customer"]
+    assert "Blocked tools (do not use them): broken" in model.prompts[1][-1]["content"]
+    assert [u["attempts"] for u in result.details["subgoals"]] == [2, 1]
+    assert result.details["lessons"][0]["control"]["kind"] == "block_tool"
+    assert "- broken(" not in model.prompts[4][0]["content"]
+
+
+def test_a_failed_branch_stops_only_its_dependents():
+    given = tree(sub("a", "Look up with broken", tools=["broken"]), sub("b", "Then this", ["a"]),
+                 sub("c", "Independent", check={"regex": "Lisbon"}), sub("d", "After b", ["b"]))
+    s, _ = session(act("broken", item="x"), act("lookup", key="customer"), final("Lisbon"))
+    result = plan("Mixed", TOOLS, session=s, tree=given, replan=False)
+    assert result.stop_reason is StopReason.UNRECOVERABLE
+    assert "sub-goal a failed" in result.error and "skipped: b, d" in result.error
+    got = {u["name"]: u["status"] for u in result.details["subgoals"]}
+    assert got == {"a": "failed", "b": "skipped", "c": "passed", "d": "skipped"}
+    assert result.output == "c: Lisbon"  # the best partial result
+    reasons = {u["name"]: u["reason"] for u in result.details["subgoals"]}
+    assert reasons["b"] == "dependency a failed (UNRECOVERABLE)"
+
+
+def test_budget_exhaustion_mid_tree_returns_the_partial_result_with_a_typed_stop():
+    given = tree(sub("one", "Who placed order 5?", check={"regex": "17"}), sub("two", "Which city?", ["one"]),
+                 sub("three", "How many?", ["two"]))
+    s, model = session(act("lookup", key="order"), final("customer 17"), act("lookup", key="customer"),
+                       final("Lisbon"))
+    result = plan("Three hops", TOOLS, session=s, tree=given, budget=Budget(max_calls=3))
+    assert result.stop_reason is StopReason.BUDGET_CALLS and model.calls == 3
+    assert result.output == "one: customer 17"
+    got = {u["name"]: u["status"] for u in result.details["subgoals"]}
+    assert got == {"one": "passed", "two": "failed", "three": "skipped"}
+    assert result.total_usage.calls == 3
+
+
+def test_a_finished_plan_s_tree_is_in_its_trace():
+    given = tree(sub("one", check={"regex": "x"}), sub("two", depends_on=["one"], check={"regex": "y"}))
+    s, _ = session(final("x"), final("y"))
+    result = plan("two steps", TOOLS, session=s, tree=given)
+    assert result.passed
+    assert statuses(s.store, result.run_id) == [("one", "running"), ("one", "passed"), ("two", "running"),
+                                                ("two", "passed")]
+    assert json.loads(json.dumps(result.to_dict(), default=str))["details"]["tree"]["goal"] == "composite"
+
+
+def test_a_refine_unit_is_checked_and_its_task_carries_the_memory():
+    given = tree(sub("buyer", "Who placed order 5?"),
+                 sub("slogan", "Write a one-word city name", ["buyer"], loop="refine", check={"regex": "^Lisbon$"}))
+    s, model = session(final("customer 17"), "```\nLisbon\n```")
+    result = plan("Refine after react", TOOLS, session=s, tree=given)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED  # buyer had no check
+    assert [u["status"] for u in result.details["subgoals"]] == ["answered", "passed"]
+    assert "buyer (Who placed order 5?) = customer 17" in model.prompts[1][-1]["content"]
+    assert s.store.get_run(result.details["subgoals"][1]["run_id"]).loop == "refine"
+
+
+def test_units_that_cannot_run_are_refused_before_any_model_call():
+    with pytest.raises(ConfigError) as refused:
+        plan("x", TOOLS, tree=tree(sub("a", loop="refine"), sub("b", loop="research"), sub("c", check={})))
+    text = str(refused.value)
+    assert "a is a refine unit without a check" in text and "no search backend" in text and "c's check is empty" in text
+    with pytest.raises(ConfigError, match="needs a database"):
+        plan("x", TOOLS, tree=tree(sub("a", check={"sql": "SELECT 1"})))
+
+
+@pytest.mark.parametrize("reply", [
+    "no plan at all", "[" * 100 + "]" * 100, {"goal": "g", "subgoals": "not a list"},
+    {"goal": "g", "subgoals": [{"name": "bad name!", "task": "t"}]}, {"goal": "g", "subgoals": []},
+    {"goal": "g", "subgoals": [sub(f"s{i}") for i in range(20)]},
+    {"goal": "g", "subgoals": [sub("a", depends_on=["a"])]},
+])
+def test_no_planner_reply_crashes_the_plan(reply):
+    s, model = session(reply, reply)
+    result = plan("Do it", TOOLS, session=s)
+    assert result.stop_reason is StopReason.UNRECOVERABLE and result.error.startswith("the planner's plan cannot run")
+    assert model.calls == 2 and s.store.get_run(result.run_id).status == "finished"
