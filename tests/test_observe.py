@@ -423,3 +423,31 @@ def test_push_to_a_gateway_that_is_not_there():
         port = s.getsockname()[1]
     with pytest.raises(ReflexaError, match="could not push metrics"):
         push(f"127.0.0.1:{port}", "nightly", registry=CollectorRegistry(), timeout=5)
+
+
+def test_a_batch_process_pushes_its_metrics_when_it_exits(tmp_path, receiver):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from reflexa import RegexCheck, ScriptedModel, Session, refine\n"
+        "r = refine('t', [RegexCheck('x')], session=Session(model=ScriptedModel(['```\\nx\\n```'])))\n"
+        "print(r.stop_reason)\n"
+    )
+    env = {**os.environ, "REFLEXA_METRICS": "1", "REFLEXA_PUSHGATEWAY": f"127.0.0.1:{receiver.server_port}",
+           "REFLEXA_PUSH_JOB": "nightly"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "PASSED" in done.stdout, done.stderr
+    ((method, path, _, body),) = receiver.requests
+    assert method == "PUT" and path.startswith("/metrics/job/nightly/instance/")
+    assert b'reflexa_runs_total{loop="refine",stop_reason="PASSED"} 1.0' in body
+
+
+def test_the_run_event_is_still_the_run_id():
+    from reflexa.runtime import RunStarted
+
+    started = RunStarted("abc123", "refine", "task", "local:qwen", 1.5, resumed=True)
+    assert started == "abc123" and started.run_id == "abc123" and json.dumps({"id": started}) == '{"id": "abc123"}'
+    assert (started.loop, started.model, started.started_at, started.resumed) == ("refine", "local:qwen", 1.5, True)

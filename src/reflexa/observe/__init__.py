@@ -8,6 +8,8 @@ one more observer beside the session's own (the CLI's live view), reading the sa
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true
                                     prompts, completions, tool arguments and results on the spans
     REFLEXA_METRICS=1               Prometheus metrics in prometheus_client's default registry
+    REFLEXA_PUSHGATEWAY=HOST:PORT   with REFLEXA_METRICS=1, push them there when the process exits (a batch
+                                    job's way: job REFLEXA_PUSH_JOB or "reflexa", instance host:pid)
 
 In code: `enable_tracing(provider)`, `enable_metrics()`, or a `Tracing` / `Metrics` observer in a
 Session's `observer` (several at once with `observers(...)`). The viewer serves the metrics with
@@ -95,9 +97,36 @@ def attach(observer: Observer | None) -> Observer | None:
     if _Switched.metrics is None and _flag("REFLEXA_METRICS"):
         _require("prometheus_client", "REFLEXA_METRICS=1", "metrics")
         enable_metrics()
+        if gateway := os.environ.get("REFLEXA_PUSHGATEWAY", "").strip():
+            _push_at_exit(gateway, os.environ.get("REFLEXA_PUSH_JOB", "").strip() or "reflexa")
     if _Switched.tracing is None and _Switched.metrics is None:
         return observer
     return observers(observer, _Switched.tracing, _Switched.metrics)
+
+
+_PUSHING: set[str] = set()
+
+
+def _push_at_exit(gateway: str, job: str) -> None:
+    """Push the metrics to `gateway` when the process exits (once per gateway). Each process pushes under
+    its own instance label, so the workers of one batch do not overwrite each other's numbers."""
+    if gateway in _PUSHING:
+        return
+    _PUSHING.add(gateway)
+    import atexit
+    import socket
+    import sys
+
+    from ..errors import ReflexaError
+    from .metrics import push
+
+    def send() -> None:
+        try:
+            push(gateway, job, grouping_key={"instance": f"{socket.gethostname()}:{os.getpid()}"})
+        except ReflexaError as exc:  # the run is over and stored: say so, no traceback at exit
+            print(f"reflexa: {exc.explained()}", file=sys.stderr)
+
+    atexit.register(send)
 
 
 def _flag(name: str) -> bool:
