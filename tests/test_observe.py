@@ -451,3 +451,21 @@ def test_the_run_event_is_still_the_run_id():
     started = RunStarted("abc123", "refine", "task", "local:qwen", 1.5, resumed=True)
     assert started == "abc123" and started.run_id == "abc123" and json.dumps({"id": started}) == '{"id": "abc123"}'
     assert (started.loop, started.model, started.started_at, started.resumed) == ("refine", "local:qwen", 1.5, True)
+
+
+def test_telemetry_alone_does_not_make_a_call_stream():
+    class Quiet:
+        tokens = False
+
+        def __init__(self):
+            self.events = []
+
+        def __call__(self, event, data):
+            self.events.append(event)
+
+    quiet, loud = Quiet(), []
+    refine_run(quiet)
+    assert "token" not in quiet.events and "step" in quiet.events
+    refine_run(observers(lambda event, data: loud.append(event), Tracing(TracerProvider())))
+    assert "token" in loud  # a live view beside the tracer still gets the reply as it streams
+    assert observers(Quiet(), Tracing(TracerProvider())).tokens is False

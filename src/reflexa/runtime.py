@@ -25,7 +25,8 @@ Observer = Callable[[str, Any], None]
 """Called with ("run", RunStarted) once the run is open in the store (new or resumed), ("call", role) before
 a model call, ("token", text) while a reply streams where the backend can, ("status", text) while a check
 or tool runs, ("step", Step) after each step is stored, and ("finish", Result) when the run is closed.
-An observer ignores events it does not know."""
+An observer ignores events it does not know. One whose `tokens` attribute is False gets no token events,
+and a call made for it alone does not stream (telemetry has no use for them)."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
@@ -161,9 +162,12 @@ class Run:
                 self.observer("call", role)
             started = time.time()
             observer = self.observer
+            on_token = None
+            # Only for an observer that reads tokens: asking a backend to stream can change the call.
+            if observer is not None and getattr(observer, "tokens", True):
+                on_token = lambda text: observer("token", text)  # noqa: E731
             completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
-                                             temperature=temperature,
-                                             on_token=(lambda text: observer("token", text)) if observer else None)
+                                             temperature=temperature, on_token=on_token)
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)

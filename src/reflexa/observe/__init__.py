@@ -40,10 +40,12 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 class _FanOut:
     """Several observers as one, called in order."""
 
-    __slots__ = ("observers",)
+    __slots__ = ("observers", "tokens")
 
     def __init__(self, observers: tuple[Observer, ...]) -> None:
         self.observers = observers
+        self.tokens = any(getattr(o, "tokens", True) for o in observers)
+        """Whether any of them reads ("token", text) events (see runtime.Observer)."""
 
     def __call__(self, event: str, data: Any) -> None:
         for observer in self.observers:

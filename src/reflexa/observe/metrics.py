@@ -118,6 +118,9 @@ class Metrics:
     """An observer that counts runs into Prometheus series (see the module docstring for the list).
     Telemetry never breaks a run: an error in here is logged."""
 
+    tokens = False
+    """No ("token", text) events: a run traced or counted and not watched does not stream."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """`registry` None is prometheus_client's default registry."""
         self.registry = registry if registry is not None else REGISTRY

@@ -191,6 +191,9 @@ class Tracing:
     A run started while another is open in the same thread is its child; the first run in a thread is a
     child of the caller's current span, if any. Telemetry never breaks a run: an error in here is logged."""
 
+    tokens = False
+    """No ("token", text) events: a run traced or counted and not watched does not stream."""
+
     def __init__(self, provider: Any = None, *, processor: Any = None, resource: Any = None,
                  content: bool | None = None) -> None:
         """Spans go through `provider`'s tracer (a TracerProvider; default: the global one), or with
