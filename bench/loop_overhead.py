@@ -67,6 +67,7 @@ class Timed:
 
     def __init__(self, inner):
         self.inner, self.seconds = inner, 0.0
+        self.tokens = getattr(inner, "tokens", True)  # telemetry reads no tokens: the calls do not stream
 
     def __call__(self, event, data):
         started = time.perf_counter()
