@@ -37,6 +37,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from ..errors import ReflexaError
+from ..runtime import RunStarted
+from ..trace.store import Store
 from ..types import Result, Step, StopReason
 
 log = logging.getLogger("reflexa.observe")
@@ -155,14 +157,15 @@ class Metrics:
             else:
                 series.observe("reflexa_step_duration_seconds", (run[0], step.kind), seconds, STEP_BUCKETS)
 
-    def _finish(self, result: Result) -> None:
+    def _finish(self, result: Result, ended_at: float | None = None) -> None:
         started = self._runs.pop(result.run_id, None)
         if started is None:
             return
         loop, since, _ = started
         series = self._series
         with series.lock:
-            series.observe("reflexa_run_duration_seconds", (loop,), max(0.0, time.time() - since), RUN_BUCKETS)
+            seconds = max(0.0, (ended_at if ended_at is not None else time.time()) - since)
+            series.observe("reflexa_run_duration_seconds", (loop,), seconds, RUN_BUCKETS)
             series.add("reflexa_runs", (loop, str(result.stop_reason)), 1)
         if result.stop_reason is StopReason.INTERRUPTED:
             return  # its resume reports the whole run's engine counts
@@ -186,6 +189,27 @@ class Metrics:
         with series.lock:
             for name, labels, amount in counts:
                 series.add(name, labels, amount)
+
+
+STORE_RUNS = 1000
+"""Runs a store's metrics are rebuilt from, the newest first: a bound on the cost of one scrape."""
+
+
+def from_store(store: Store, limit: int = STORE_RUNS) -> CollectorRegistry:
+    """The same series rebuilt from what a store holds (its newest `limit` runs), in a registry of their
+    own: what the web viewer serves at /metrics, since the runs it shows ran in other processes."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    for record in reversed(store.runs(limit)):
+        model = str(record.meta.get("model", ""))
+        metrics("run", RunStarted(record.run_id, record.loop, record.task, model, record.started_at))
+        for step in store.steps(record.run_id):
+            metrics("step", step)
+        if record.status != "running" and record.stop_reason is not None:
+            counters = (record.result or {}).get("counters", {})
+            metrics._finish(Result(None, None, None, StopReason(record.stop_reason), {}, record.run_id,
+                                   counters=counters if isinstance(counters, dict) else {}), record.ended_at)
+    return registry
 
 
 def push(gateway: str, job: str, *, registry: CollectorRegistry | None = None,

@@ -73,17 +73,6 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-class _Mounted:
-    """An ASGI app as a route endpoint (a plain function would be taken for a request handler)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
-        await self.app(scope, receive, send)
-
-
 def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else ""
 
@@ -218,9 +207,10 @@ class GovernorRow:
 
 
 def _metrics_route(app: FastAPI) -> None:
-    """/metrics: the Prometheus exposition of the default registry when prometheus_client is installed."""
+    """/metrics: Prometheus series rebuilt from the store on each scrape (the runs the viewer shows ran in
+    other processes), when prometheus_client is installed."""
     try:
-        from prometheus_client import make_asgi_app
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     except ImportError:
 
         @app.get("/metrics")
@@ -229,8 +219,11 @@ def _metrics_route(app: FastAPI) -> None:
                                      status_code=404)
 
         return
-    endpoint: Any = _Mounted(make_asgi_app())  # an ASGI app, which Starlette's typing does not spell
-    app.add_route("/metrics", endpoint)
+    from ..observe.metrics import from_store
+
+    @app.get("/metrics")
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(from_store(request.app.state.store)), media_type=CONTENT_TYPE_LATEST)
 
 
 def _usage_chart(usage: dict[str, Usage]) -> Any:
