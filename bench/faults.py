@@ -273,8 +273,9 @@ def main() -> None:
                 done.append(run_task(name, task, db, model, store, library, args.steps))
                 with rows_path.open("a") as handle:
                     handle.write(json.dumps(done[-1], default=str) + "\n")
+        in_suite = {(t.question, t.fault) for t in suite}
         for name in names:
-            rows = [r for r in done if r["strategy"] == name]
+            rows = [r for r in done if r["strategy"] == name and (r["question"], r["fault"]) in in_suite]
             summary = summarise(rows)
             if name.startswith("reflexa"):
                 hits = sum(r["counters"]["experience_hits"] for r in rows)
