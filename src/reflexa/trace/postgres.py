@@ -17,7 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..types import Step
-from .store import LEASE_TTL, Lease, RunRecord, apply_incr, decide_lease, step_from_row, storable, to_json
+from .store import (
+    LEASE_TTL,
+    Lease,
+    RunRecord,
+    apply_incr,
+    decide_lease,
+    record_from_row,
+    runs_query,
+    step_from_row,
+    storable,
+    to_json,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -182,29 +193,12 @@ class PostgresStore:
         self._write("UPDATE runs SET status=%s, stop_reason=%s, ended_at=%s, result=%s WHERE run_id=%s",
                     (status, stop_reason, ended_at, to_json(result), run_id))
 
-    @staticmethod
-    def _record(row: dict[str, Any]) -> RunRecord:
-        return RunRecord(
-            run_id=row["run_id"], loop=row["loop"], task=row["task"], status=row["status"],
-            stop_reason=row["stop_reason"], started_at=row["started_at"], ended_at=row["ended_at"],
-            meta=json.loads(row["meta"]), result=json.loads(row["result"]) if row["result"] else None,
-        )
+    _record = staticmethod(record_from_row)
 
     def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
              since: float | None = None) -> list[RunRecord]:
-        where: list[str] = ["TRUE"]
-        params: list[str | float] = []
-        if loop is not None:
-            where.append("loop = %s")
-            params.append(loop)
-        if status is not None:
-            where.append("(status = %s OR stop_reason = %s)")
-            params += [status, status]
-        if since is not None:
-            where.append("started_at >= %s")
-            params.append(since)
-        sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY started_at DESC LIMIT %s"
-        return [self._record(r) for r in self._read(sql, (*params, limit))]
+        sql, params = runs_query(limit, loop, status, since, "%s")
+        return [self._record(r) for r in self._read(sql, params)]
 
     def find_runs(self, prefix: str) -> list[RunRecord]:
         # starts_with, not LIKE: "%" and "_" in a prefix are characters, not wildcards.

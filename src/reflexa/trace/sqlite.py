@@ -21,7 +21,18 @@ from typing import Any
 
 from ..errors import StoreError
 from ..types import Step
-from .store import LEASE_TTL, Lease, RunRecord, apply_incr, decide_lease, step_from_row, storable, to_json
+from .store import (
+    LEASE_TTL,
+    Lease,
+    RunRecord,
+    apply_incr,
+    decide_lease,
+    record_from_row,
+    runs_query,
+    step_from_row,
+    storable,
+    to_json,
+)
 
 BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another process's lock before failing."""
@@ -192,29 +203,12 @@ class SQLiteStore:
             (status, stop_reason, ended_at, to_json(result), run_id),
         )
 
-    @staticmethod
-    def _record(row: sqlite3.Row) -> RunRecord:
-        return RunRecord(
-            run_id=row["run_id"], loop=row["loop"], task=row["task"], status=row["status"],
-            stop_reason=row["stop_reason"], started_at=row["started_at"], ended_at=row["ended_at"],
-            meta=json.loads(row["meta"]), result=json.loads(row["result"]) if row["result"] else None,
-        )
+    _record = staticmethod(record_from_row)
 
     def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
              since: float | None = None) -> list[RunRecord]:
-        where: list[str] = ["1"]
-        params: list[str | float] = []
-        if loop is not None:
-            where.append("loop = ?")
-            params.append(loop)
-        if status is not None:
-            where.append("(status = ? OR stop_reason = ?)")
-            params += [status, status]
-        if since is not None:
-            where.append("started_at >= ?")
-            params.append(since)
-        sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY started_at DESC LIMIT ?"
-        return [self._record(r) for r in self._read(sql, (*params, limit))]
+        sql, params = runs_query(limit, loop, status, since, "?")
+        return [self._record(r) for r in self._read(sql, params)]
 
     def find_runs(self, prefix: str) -> list[RunRecord]:
         # substr, not LIKE: "%" and "_" in a prefix are characters, not wildcards.

@@ -204,6 +204,32 @@ def decide_lease(current: Lease | None, run_id: str, owner: str, pid: int, now: 
     return Lease(run_id, owner, pid, HOST, process_start(pid), acquired, now)
 
 
+def record_from_row(row: Any) -> RunRecord:
+    """A run record from a database row by column name (an sqlite3.Row or a PostgreSQL dict row)."""
+    return RunRecord(
+        run_id=row["run_id"], loop=row["loop"], task=row["task"], status=row["status"],
+        stop_reason=row["stop_reason"], started_at=row["started_at"], ended_at=row["ended_at"],
+        meta=json.loads(row["meta"]), result=json.loads(row["result"]) if row["result"] else None,
+    )
+
+
+def runs_query(limit: int, loop: str | None, status: str | None, since: float | None,
+               mark: str) -> tuple[str, tuple[str | float | int, ...]]:
+    """The SQL and parameters of `Store.runs` for a database whose placeholder is `mark` ("?" or "%s")."""
+    where: list[str] = ["1 = 1"]
+    params: list[str | float | int] = []
+    if loop is not None:
+        where.append(f"loop = {mark}")
+        params.append(loop)
+    if status is not None:
+        where.append(f"(status = {mark} OR stop_reason = {mark})")
+        params += [status, status]
+    if since is not None:
+        where.append(f"started_at >= {mark}")
+        params.append(since)
+    return f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY started_at DESC LIMIT {mark}", (*params, limit)
+
+
 def step_from_row(row: dict[str, Any]) -> Step:
     return Step(
         run_id=row["run_id"],
