@@ -100,6 +100,10 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         notes = []
         for column, value in EQUALS_TEXT.findall(sql)[:MAX_FILTER_NOTES]:
             holders = [t for t in tables(conn) if column in {r[1] for r in conn.execute(f"PRAGMA table_info({t!r})")}]
+            # A one-row probe first: the distinct values are read only when the filter matches nothing.
+            if not holders or any(conn.execute(f'SELECT 1 FROM "{t}" WHERE CAST("{column}" AS TEXT) = ? LIMIT 1',
+                                               (value,)).fetchone() for t in holders):
+                continue
             stored = {str(v) for t in holders
                       for (v,) in conn.execute(f'SELECT DISTINCT "{column}" FROM "{t}" LIMIT {MAX_DISTINCT}')}
             if stored and value not in stored:
