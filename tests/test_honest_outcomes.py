@@ -53,9 +53,9 @@ def corpus_of(folder):
     return corpus
 
 
-def test_research_whose_answer_cites_nothing_is_not_a_pass_through_the_cli(tmp_path, docs):
+def test_research_without_a_search_is_not_a_pass_through_the_cli(tmp_path, docs):
     replies = tmp_path / "r.json"
-    replies.write_text(json.dumps([draft("It is tall.", missing=["more information"]), draft("It is tall.")]))
+    replies.write_text(json.dumps([draft("It is tall.", missing=["more information"])]))
     result = runner.invoke(
         app, ["research", "How tall is the Eiffel Tower?", "--corpus", str(docs), "--model", f"scripted:{replies}"]
     )
@@ -67,8 +67,7 @@ def test_a_dangling_citation_with_no_evidence_is_removed_and_not_a_pass(docs):
     model = ScriptedModel(
         [draft("Paris is the capital [1].", missing=["more information"]), draft("Paris is the capital [1].")]
     )
-    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model),
-                      max_rounds=0)  # nothing is retrieved, so [1] names no evidence
+    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
     assert result.stop_reason is not StopReason.PASSED
     assert "[1]" not in result.output and "UNCERTAIN" in result.output
     assert result.verdict is not None and result.verdict.status != "PASS"
@@ -401,12 +400,9 @@ def test_offline_web_search_through_the_cli_never_claims_no_search_was_sought(tm
 def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_then_salvaged(docs):
     long_answer = "Paris is the capital of France. " * 160  # about 5,000 characters
     cut = json.dumps(draft(long_answer, missing=["more information"]))
-    # Cut off both times (longer than either call's max_tokens); the salvaged answer is then checked
-    # against evidence like any uncited draft, and the revision sees only its start.
-    model = ScriptedModel([cut, cut, draft("Paris is the capital of France.")])
+    model = ScriptedModel([cut, cut])  # cut off both times: longer than either call's max_tokens
     result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
-    assert model.calls == 3 and result.usage["search"].calls == 1
+    assert model.calls == 2
     assert model.prompts[1] == model.prompts[0]  # the same question again, not a lecture about the schema
-    assert long_answer[:600] in model.prompts[2][-1]["content"] and long_answer[:700] not in model.prompts[2][-1]["content"]
     assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and "Paris is the capital" in result.output
     assert any("unusable" in note for note in result.notes)

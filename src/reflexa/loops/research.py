@@ -1,9 +1,8 @@
 """`research`: draft, critique with search queries, gather evidence, revise with audited citations.
 
-It goes through the same engine as the other loops: a named gap, or an answer no evidence supports yet, is
-a GAP signal (the rule repair is a search), a failed citation audit an UNCITED signal (the rule repair is a
-revision with the audit's feedback); the gate, the counters, NO_PROGRESS and the governor apply as
-everywhere.
+It goes through the same engine as the other loops: a named gap is a GAP signal (the rule repair is a
+search), a failed citation audit an UNCITED signal (the rule repair is a revision with the audit's
+feedback); the gate, the counters, NO_PROGRESS and the governor apply as everywhere.
 """
 
 from __future__ import annotations
@@ -134,14 +133,12 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
         reply = run.call(Role.GENERATOR, prompts.draft(s.question), schema=prompts.Draft, max_tokens=512)
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
-        if reply.value is None:  # even after the re-ask; a cut-off draft may still hold its answer to check
+        if reply.value is None:  # even after the re-ask; a cut-off draft may still hold its answer
             s.draft = prompts.salvage(reply.text)
             s.notes.append(f"the draft was unusable: {reply.error}")
-            if s.draft is None:
-                return Stop(StopReason.ERROR, reply.error)
-        else:
-            s.draft = prompts.Revision.model_validate(reply.value.model_dump())
-            s.anchor = prompts.concrete_gaps(s.draft.reflection)
+            return Stop(StopReason.ANSWERED_UNVERIFIED) if s.draft else Stop(StopReason.ERROR, reply.error)
+        s.draft = prompts.Revision.model_validate(reply.value.model_dump())
+        s.anchor = prompts.concrete_gaps(s.draft.reflection)
         ep.checkpoint(s)
     while True:
         signals = _signals(s, ep.bound)
@@ -162,22 +159,15 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
             return Stop(run.budget_stop or StopReason.ERROR)
         ep.checkpoint(s)
     if not s.ran and NO_SEARCH not in " ".join(s.notes):
-        s.notes.append(NO_SEARCH if ep.bound else f"{NO_SEARCH}: no search rounds were allowed")
+        s.notes.append(f"{NO_SEARCH}: the draft named no concrete gap")
     return Stop(StopReason.PASSED if verified(s.draft.answer, s.sources().keys()) else StopReason.ANSWERED_UNVERIFIED)
 
 
-UNSUPPORTED = "evidence for the answer: it cites none"
-
-
 def _signals(s: ResearchState, bound: int) -> list[Signal]:
-    """The draft's failing signals, while rounds are left: a named concrete gap, or an answer that no
-    evidence supports yet (an uncited draft is unchecked, not right); once an answer cites retrieved
-    evidence, further gaps it names do not reopen research. Then the citation audit."""
+    """The draft's failing signals: each concrete gap while rounds are left, and the citation audit."""
     assert s.draft is not None
-    gaps: list[str] = []
-    if s.rounds < bound and not verified(s.draft.answer, s.sources().keys()):
-        gaps = prompts.concrete_gaps(s.draft.reflection)[:1] or ([] if s.ran else [UNSUPPORTED])
-    signals = [Signal("research", False, ErrorCode.GAP, f"missing: {gap}") for gap in gaps]
+    gaps = prompts.concrete_gaps(s.draft.reflection) if s.rounds < bound else []
+    signals = [Signal("research", False, ErrorCode.GAP, f"missing: {gap}") for gap in gaps[:1]]
     return [*signals, audit(s.draft.answer, s.sources().keys())]
 
 
@@ -188,11 +178,9 @@ def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: Sea
     gaps = prompts.concrete_gaps(s.draft.reflection)
     seen = {normalise_query(q) for q in s.ran}
     queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, seen, s.anchor)
-    if not queries and not s.ran:  # the draft's queries were all unusable: the question itself is a query
-        queries = [" ".join(s.question.split()[: prompts.MAX_QUERY_WORDS])]
     run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
     if not queries:
-        s.notes.append("no further usable query")
+        s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")
         return False
     s.rounds += 1
     known = {e.id for e in s.evidence}
