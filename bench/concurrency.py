@@ -1,11 +1,14 @@
 """Sessions in one process against an OpenAI-compatible server: throughput at 1, 8 and 32 concurrent sessions.
 
     .venv/bin/python bench/concurrency.py [--latency 0.2] [--per-session 8] [--levels 1,8,32] [--store sqlite]
+                                          [--executor threads|async]
 
 A fake server (a separate process, 127.0.0.1 only) answers every chat completion with a canned reply after
-`--latency` seconds. Each task is a `refine` run through `reflexa batch`'s thread executor and the real
-`openai` backend: one model call, a regex check, every step in the trace store. Throughput is tasks per
-second; the ratio is against one session, run side by side. Target: 32 sessions >= 25x one session.
+`--latency` seconds. Each task is a `refine` run through `reflexa batch` and the real `openai` backend: one
+model call, a regex check, every step in the trace store. `--executor threads` runs each session in a
+thread; `--executor async` runs them as coroutines on one event loop (`reflexa.aio`, the SDK's async
+client). Throughput is tasks per second; the ratio is against one session, run side by side. Target: 32
+sessions >= 25x one session.
 """
 
 from __future__ import annotations
@@ -62,13 +65,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_level(sessions: int, tasks: int, model: str, folder: Path, store: str) -> dict:
+def one_level(sessions: int, tasks: int, model: str, folder: Path, store: str, executor: str) -> dict:
     from reflexa.batch import run_batch
 
     path = folder / f"tasks-{sessions}.jsonl"
     path.write_text("".join(json.dumps({"task": f"say GOOD {i}", "regex": "GOOD"}) + "\n" for i in range(tasks)))
     started = time.perf_counter()
-    state = run_batch(path, "refine", store=store, model=model, concurrency=sessions, executor="threads",
+    state = run_batch(path, "refine", store=store, model=model, concurrency=sessions, executor=executor,
                       out=folder / f"results-{sessions}.jsonl")
     seconds = time.perf_counter() - started
     assert state.passed == tasks, f"{state.passed} of {tasks} passed: {state.errors[:3]}"
@@ -81,8 +84,12 @@ def main() -> None:
     parser.add_argument("--per-session", type=int, default=8, help="tasks per session at each level")
     parser.add_argument("--levels", default="1,8,32")
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "concurrency.json")
+    parser.add_argument("--executor", choices=["threads", "async"], default="threads",
+                        help="sessions as threads, or as coroutines on one event loop (reflexa.aio)")
+    parser.add_argument("--out", type=Path, default=None, help="default: results/concurrency[-async].json")
     args = parser.parse_args()
+    suffix = "" if args.executor == "threads" else f"-{args.executor}"
+    args.out = args.out or Path(__file__).parent / "results" / f"concurrency{suffix}.json"
 
     port = free_port()
     server = multiprocessing.get_context("spawn").Process(target=serve, args=(port, args.latency), daemon=True)
@@ -104,11 +111,11 @@ def main() -> None:
                 pg = TempPostgres(durable=True)
                 pg.start()
             # Imports, the openai client and the store's first open are paid once, outside the timings.
-            one_level(1, 1, model, folder, pg.database() if pg else str(folder / "warm.db"))
+            one_level(1, 1, model, folder, pg.database() if pg else str(folder / "warm.db"), args.executor)
             rows = []
             for level in (int(x) for x in args.levels.split(",")):
                 store = pg.database() if pg else str(folder / f"trace-{level}.db")
-                row = one_level(level, level * args.per_session, model, folder, store)
+                row = one_level(level, level * args.per_session, model, folder, store, args.executor)
                 rows.append(row)
                 print(f"{level:>3} sessions: {row['tasks']:>4} tasks in {row['seconds']:6.2f} s = "
                       f"{row['tasks_per_second']:6.2f} tasks/s", flush=True)
@@ -120,7 +127,8 @@ def main() -> None:
     for row in rows:
         row["ratio"] = round(row["tasks_per_second"] / base, 2)
         row["tasks_per_second"] = round(row["tasks_per_second"], 2)
-    report = {"latency": args.latency, "store": args.store, "python": sys.version.split()[0], "levels": rows}
+    report = {"latency": args.latency, "store": args.store, "executor": args.executor,
+              "python": sys.version.split()[0], "levels": rows}
     print(json.dumps(report, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -26,6 +26,7 @@ REPLIES = {
                act("final_answer", answer="refunded 42.0 on order 17")],
     "trials": [act("query", sql="SELECT count(*) FROM orders"), act("final_answer", answer="400")],
     "is_prime": [IS_PRIME],
+    "aio.run": ["```\nGOOD\n```"] * 10,
     "buyer of order 5": [act("query", sql="SELECT customer_id FROM orders WHERE id = 5"),
                          act("final_answer", answer="4"),
                          act("query", sql="SELECT city FROM customers WHERE id = 4"),
@@ -51,4 +52,4 @@ def test_readme_python_example_runs(block, tmp_path, shop):
 
 
 def test_every_python_example_is_covered():
-    assert len(BLOCKS) == 4 and all(any(key in b for key in REPLIES) for b in BLOCKS)
+    assert len(BLOCKS) == 5 and all(any(key in b for key in REPLIES) for b in BLOCKS)

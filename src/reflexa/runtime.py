@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import structured
+from . import aio, structured
 from .budget import Meter
 from .errors import ConfigError
 from .models.base import Completion, Model
@@ -166,8 +166,8 @@ class Run:
             # Only for an observer that reads tokens: asking a backend to stream can change the call.
             if observer is not None and getattr(observer, "tokens", True):
                 on_token = lambda text: observer("token", text)  # noqa: E731
-            completion = self.model.complete(msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
-                                             temperature=temperature, on_token=on_token)
+            completion = aio.complete(self.model, msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
+                                      temperature=temperature, on_token=on_token)
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)

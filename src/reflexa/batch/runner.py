@@ -124,13 +124,14 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
 
     `store` is a SQLite path or a postgresql:// URL that every worker opens. Results go to the store and,
     one JSON line each, to `out` (default: TASKS.results.jsonl beside the tasks file). `executor` is
-    local, threads, processes or ray (`address` names a Ray cluster; default a local Ray).
+    local, threads, processes, async (coroutines on one event loop, `reflexa.aio`) or ray (`address` names
+    a Ray cluster; default a local Ray).
     `max_tasks_per_worker` replaces a worker process after that many tasks (processes executor).
     Ctrl-C raises BatchInterrupted once the results so far are written."""
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
-    if executor not in ("local", "threads", "processes", "ray"):
-        raise ConfigError(f"unknown executor {executor!r}", hint="use local or ray")
+    if executor not in ("local", "threads", "processes", "async", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}", hint="use local, async or ray")
     tasks = read_tasks(tasks_path, loop)
     base = tasks_path.resolve().parent
     model = absolute_spec(model, Path.cwd())
@@ -192,6 +193,8 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
 
         ray = RayExecutor(config, concurrency, address)
         return ray.submit, ray.shutdown
+    if kind == "async":
+        return _async_executor(config)
     pool: Executor
     if kind == "processes":
         import multiprocessing
@@ -206,6 +209,31 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
         pool.shutdown(wait=False, cancel_futures=True)
 
     return (lambda task: pool.submit(run_task, config, task)), shutdown
+
+
+def _async_executor(config: BatchConfig) -> tuple[Callable[[TaskLine], Future[dict[str, Any]]], Callable[[], None]]:
+    """Every task a coroutine on one event loop, in a thread of its own: `_drive` still sees Futures."""
+    import asyncio
+    import threading
+
+    from .. import aio
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="reflexa-batch-async", daemon=True)
+    thread.start()
+
+    def submit(task: TaskLine) -> Future[dict[str, Any]]:
+        return asyncio.run_coroutine_threadsafe(aio.run(run_task, config, task), loop)
+
+    def stop() -> None:  # on the loop's thread: cancel what runs (a run left unfinished resumes), then stop
+        for pending in asyncio.all_tasks(loop):
+            pending.cancel()
+        loop.call_soon(loop.stop)
+
+    def shutdown() -> None:
+        loop.call_soon_threadsafe(stop)
+
+    return submit, shutdown
 
 
 def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: int, address: str | None,

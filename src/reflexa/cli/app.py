@@ -521,7 +521,8 @@ def batch_cmd(
     tasks: Annotated[Path, typer.Argument(help="A JSONL file, one task a line (see the README's task-line schema).")],
     loop: Annotated[str, typer.Option("--loop", "-l", help="The loop every task runs: refine, react or research.")],
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=1024, help="Tasks at once.")] = 4,
-    executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model) or ray.")] = "local",
+    executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model), async "
+                                                "(coroutines on one event loop, for an HTTP model) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="A Ray cluster to run on (default: a local Ray).",
                        show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="The results file (JSONL). Default: "
@@ -544,8 +545,8 @@ def batch_cmd(
     from .batch import run as run_batch_cli
 
     with clean_errors():
-        if executor not in ("local", "ray"):
-            raise ConfigError(f"--executor must be local or ray, not {executor!r}")
+        if executor not in ("local", "async", "ray"):
+            raise ConfigError(f"--executor must be local, async or ray, not {executor!r}")
         if address is not None and executor != "ray":
             raise ConfigError("--address needs --executor ray")
         budget = {k: v for k, v in (("max_tokens", max_tokens), ("max_calls", max_calls)) if v is not None}

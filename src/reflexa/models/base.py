@@ -72,13 +72,7 @@ class Model(ABC):
                                  on_token=on_token)  # type: ignore[call-arg]
         else:
             gen = self._generate(messages, json_schema, max_tokens, temperature)
-        usage = Usage(gen.input_tokens, gen.output_tokens, 1)
-        completion = Completion(gen.text, usage=usage, finish_reason=gen.finish_reason)
-        if schema is not None:
-            completion.value, completion.error = parse(gen.text, schema)
-            if completion.value is None and gen.finish_reason == "length":
-                completion.error = f"reply cut off at max_tokens={max_tokens} ({completion.error})"
-        return completion
+        return _completion(gen, schema, max_tokens)
 
     async def acomplete(
         self,
@@ -89,12 +83,20 @@ class Model(ABC):
         temperature: float = 0.0,
         on_token: OnToken | None = None,
     ) -> Completion:
-        """The async twin of `complete`; backends with a native async client may override it. `on_token`
-        is called from a worker thread."""
-        return await asyncio.to_thread(
-            self.complete, messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
-            on_token=on_token,
-        )
+        """The async twin of `complete`, awaiting `_agenerate`. It does not stream: `on_token`, if given,
+        sees the whole reply once, when it is complete."""
+        json_schema = json_schema_of(schema) if schema is not None else None
+        gen = await self._agenerate(messages, json_schema, max_tokens, temperature)
+        if on_token is not None:
+            on_token(gen.text)
+        return _completion(gen, schema, max_tokens)
+
+    async def _agenerate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        """The raw reply, awaited: `_generate` in a worker thread, unless the backend has a native async
+        client and overrides this (an HTTP backend then needs no thread per call in flight)."""
+        return await asyncio.to_thread(self._generate, messages, json_schema, max_tokens, temperature)
 
     @abstractmethod
     def _generate(
@@ -108,3 +110,14 @@ def schema_instruction(json_schema: dict[str, Any]) -> str:
     import json
 
     return "Reply with one JSON object only, following this JSON schema:\n" + json.dumps(json_schema)
+
+
+def _completion(gen: Generation, schema: Schema | None, max_tokens: int) -> Completion:
+    """A Completion from a raw reply: usage counted, and with a schema the value validated (never raised)."""
+    completion = Completion(gen.text, usage=Usage(gen.input_tokens, gen.output_tokens, 1),
+                            finish_reason=gen.finish_reason)
+    if schema is not None:
+        completion.value, completion.error = parse(gen.text, schema)
+        if completion.value is None and gen.finish_reason == "length":
+            completion.error = f"reply cut off at max_tokens={max_tokens} ({completion.error})"
+    return completion

@@ -1,14 +1,18 @@
 """A connection limit per backend: at most N calls in flight to one server, however many sessions share it.
 
-Sessions that run side by side in one process (threads) each call their model; a server (vLLM, Ollama,
-llama.cpp's server, a hosted API) serves only so many requests at once before it queues or refuses them.
+Sessions that run side by side in one process (threads, or coroutines under `reflexa.aio`) each call
+their model; a server (vLLM, Ollama, llama.cpp's server, a hosted API) serves only so many requests at once
+before it queues or refuses them.
 `limited(model, n)` wraps a model so that its calls wait for one of `n` slots, and every model that talks
-to the same backend (the same base URL, or the same backend name) shares those slots.
+to the same backend (the same base URL, or the same backend name) shares those slots. Threads wait on a
+semaphore; coroutines on an asyncio one per event loop, with the same limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import weakref
 from typing import Any
 
 from ..structured import Message
@@ -16,6 +20,8 @@ from .base import Generation, Model
 
 _SLOTS: dict[str, tuple[int, threading.BoundedSemaphore]] = {}
 _GUARD = threading.Lock()
+_ASYNC_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary())
 
 
 def backend_key(model: Model) -> str:
@@ -31,8 +37,18 @@ def slots(key: str, limit: int) -> threading.BoundedSemaphore:
         return _SLOTS[key][1]
 
 
+def async_slots(key: str) -> asyncio.Semaphore:
+    """The running event loop's semaphore for a backend, with the limit `slots` holds for it (an asyncio
+    semaphore belongs to one loop, so each loop has its own)."""
+    per_loop = _ASYNC_SLOTS.setdefault(asyncio.get_running_loop(), {})
+    if key not in per_loop:
+        per_loop[key] = asyncio.Semaphore(_SLOTS[key][0])
+    return per_loop[key]
+
+
 class LimitedModel(Model):
-    """`inner`, with at most `limit` calls in flight per backend in this process (threads wait their turn)."""
+    """`inner`, with at most `limit` calls in flight per backend in this process (threads and coroutines
+    wait their turn)."""
 
     def __init__(self, inner: Model, limit: int) -> None:
         if limit < 1:
@@ -46,6 +62,11 @@ class LimitedModel(Model):
                   temperature: float) -> Generation:
         with self._slots:
             return self.inner._generate(messages, json_schema, max_tokens, temperature)
+
+    async def _agenerate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
+                         temperature: float) -> Generation:
+        async with async_slots(self.key):
+            return await self.inner._agenerate(messages, json_schema, max_tokens, temperature)
 
 
 def limited(model: Model, limit: int | None) -> Model:

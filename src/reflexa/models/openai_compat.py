@@ -122,22 +122,35 @@ class OpenAIModel(Model):
 
         try:
             return send()
-        except openai.APIConnectionError as exc:  # includes timeouts
-            raise ModelUnavailable(
-                f"cannot reach the model server at {self.base_url}: {exc}", hint="is the server running?"
-            ) from None
-        except openai.AuthenticationError:
-            raise ModelError("the server refused the API key", hint="check OPENAI_API_KEY") from None
-        except openai.NotFoundError:
-            raise ModelError(f"model {self.model!r} not found at {self.base_url}",
-                             hint="check the model name") from None
-        except openai.APIStatusError as exc:
-            raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}") from None
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
 
-    def _generate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
-        on_token: OnToken | None = None,
-    ) -> Generation:
+    async def _arequest(self, send: Any) -> Any:
+        import openai
+
+        try:
+            return await send()
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: Exception) -> Exception:
+        """The reflexa error for an SDK error; one the SDK has no class for is left as it is."""
+        import openai
+
+        if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+            return ModelUnavailable(f"cannot reach the model server at {self.base_url}: {exc}",
+                                    hint="is the server running?")
+        if isinstance(exc, openai.AuthenticationError):
+            return ModelError("the server refused the API key", hint="check OPENAI_API_KEY")
+        if isinstance(exc, openai.NotFoundError):
+            return ModelError(f"model {self.model!r} not found at {self.base_url}", hint="check the model name")
+        if isinstance(exc, openai.APIStatusError):
+            return ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}")
+        return exc
+
+    def _arguments(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
+                   temperature: float) -> dict[str, Any]:
+        """The chat-completions request: the schema in the form this server's profile takes."""
         profile = self.profile  # may fill self.model from the server's list
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": temperature}
         if profile.extra_body:
@@ -158,18 +171,52 @@ class OpenAIModel(Model):
                 # The schema also goes into the prompt, so the model knows the field names.
                 messages = [{"role": "system", "content": schema_instruction(json_schema)}, *messages]
         # reflexa's messages are plain role/content dicts, which the SDK's TypedDict union accepts at run time.
-        sent = cast("list[ChatCompletionMessageParam]", messages)
-        if on_token is not None and profile.stream:
+        kwargs["messages"] = cast("list[ChatCompletionMessageParam]", messages)
+        return kwargs
+
+    def _generate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        on_token: OnToken | None = None,
+    ) -> Generation:
+        kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
+        if on_token is not None and self.profile.stream:
             return self._request(lambda: _streamed(self.client.chat.completions.create(
-                messages=sent, stream=True, stream_options={"include_usage": True}, **kwargs), messages, on_token))
-        out = self._request(lambda: self.client.chat.completions.create(messages=sent, **kwargs))
-        choice = out.choices[0]
-        text = choice.message.content or ""
-        if choice.message.tool_calls:
-            text = choice.message.tool_calls[0].function.arguments
-        usage = out.usage
-        finish = "length" if choice.finish_reason == "length" else "stop"
-        return Generation(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0, finish)
+                stream=True, stream_options={"include_usage": True}, **kwargs), kwargs["messages"], on_token))
+        return _generation(self._request(lambda: self.client.chat.completions.create(**kwargs)))
+
+    async def _agenerate(
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+    ) -> Generation:
+        """The same request on the SDK's async client: no thread per call in flight. The server's profile
+        is detected (once, synchronously) before the first call."""
+        kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
+        client = self._async_client()
+        return _generation(await self._arequest(lambda: client.chat.completions.create(**kwargs)))
+
+    def _async_client(self) -> Any:
+        """An async client for the running event loop: an httpx pool belongs to the loop it was made on."""
+        import asyncio
+
+        import openai
+
+        loop = asyncio.get_running_loop()
+        if getattr(self, "_aloop", None) is not loop:
+            sync = self.client
+            self._aclient = openai.AsyncOpenAI(base_url=self.base_url, api_key=sync.api_key, timeout=sync.timeout,
+                                               max_retries=sync.max_retries)
+            self._aloop = loop
+        return self._aclient
+
+
+def _generation(out: Any) -> Generation:
+    """A plain (not streamed) chat completion as a Generation: the text, or the forced tool's arguments."""
+    choice = out.choices[0]
+    text = choice.message.content or ""
+    if choice.message.tool_calls:
+        text = choice.message.tool_calls[0].function.arguments
+    usage = out.usage
+    finish = "length" if choice.finish_reason == "length" else "stop"
+    return Generation(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0, finish)
 
 
 def _streamed(chunks: Any, messages: list[Message], on_token: OnToken) -> Generation:

@@ -1,0 +1,142 @@
+"""`reflexa.aio`: loops as coroutines over the async model seam, many sessions on one event loop."""
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from reflexa import RegexCheck, ScriptedModel, Session, aio, refine
+from reflexa.errors import ModelUnavailable
+from reflexa.models.base import Generation, Model
+from reflexa.models.limit import limited
+from reflexa.models.openai_compat import OpenAIModel
+
+GOOD = "Plan: say it.\n```\nGOOD\n```"
+
+
+class Gate(Model):
+    """An async model that holds every call until `expected` calls are in flight at once (or times out),
+    so a test fails if the sessions were run one after another."""
+
+    name = "gate"
+
+    def __init__(self, expected: int) -> None:
+        self.expected, self.inflight, self.most = expected, 0, 0
+        self.all_in = asyncio.Event()
+
+    async def _agenerate(self, messages, json_schema, max_tokens, temperature):
+        self.inflight += 1
+        self.most = max(self.most, self.inflight)
+        if self.inflight >= self.expected:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), timeout=10)
+        self.inflight -= 1
+        return Generation(GOOD, 10, 5)
+
+    def _generate(self, *args):
+        raise AssertionError("a loop run by aio.run must not call the model synchronously")
+
+
+def many(model, n):
+    async def main():
+        return await asyncio.gather(*(aio.run(refine, f"say GOOD {i}", [RegexCheck("GOOD")],
+                                              session=Session(model=model)) for i in range(n)))
+    return asyncio.run(main())
+
+
+def test_a_loop_run_as_a_coroutine_gives_what_it_gives_synchronously():
+    replies = ["```\nbad\n```", json.dumps({"failure_step": "the answer", "observed_mismatch": "bad is not GOOD",
+                                             "root_cause": "wrong word", "correction": "write GOOD"}), GOOD]
+    plain = refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=ScriptedModel(list(replies))))
+    awaited = asyncio.run(aio.run(refine, "say GOOD", [RegexCheck("GOOD")],
+                                  session=Session(model=ScriptedModel(list(replies)))))
+    assert (awaited.stop_reason, awaited.output, awaited.steps, awaited.iterations) == (
+        plain.stop_reason, plain.output, plain.steps, plain.iterations)
+
+
+def test_sessions_on_one_event_loop_have_their_model_calls_in_flight_together():
+    gate = Gate(16)
+    results = many(gate, 16)
+    assert gate.most == 16 and all(r.stop_reason.value == "PASSED" for r in results)
+
+
+def test_the_connection_limit_holds_for_coroutines():
+    gate = Gate(3)
+    results = many(limited(gate, 3), 12)
+    assert gate.most == 3 and len(results) == 12 and all(r.stop_reason.value == "PASSED" for r in results)
+
+
+def test_a_model_error_reaches_the_loop_where_it_made_the_call():
+    class Down(Model):
+        name = "down"
+
+        async def _agenerate(self, *args):
+            raise ModelUnavailable("cannot reach the model server")
+
+        def _generate(self, *args):
+            raise ModelUnavailable("cannot reach the model server")
+
+    plain = refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=Down()))
+    awaited = asyncio.run(aio.run(refine, "say GOOD", [RegexCheck("GOOD")], session=Session(model=Down())))
+    assert (awaited.stop_reason, awaited.error) == (plain.stop_reason, plain.error)
+
+
+def test_outside_aio_run_a_model_call_stays_synchronous():
+    model = ScriptedModel([GOOD])
+    assert refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model)).stop_reason.value == "PASSED"
+
+
+@pytest.fixture()
+def openai_server():
+    """An OpenAI-compatible server on 127.0.0.1 whose replies wait until 8 requests are open at once."""
+    arrived = threading.Barrier(8, timeout=10)
+    seen = {"requests": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen["requests"] += 1
+            arrived.wait()
+            body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": GOOD}}],
+                               "usage": {"prompt_tokens": 50, "completion_tokens": 8, "total_tokens": 58}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen
+    httpd.shutdown()
+
+
+def test_the_openai_backend_keeps_calls_in_flight_on_the_event_loop_without_threads(openai_server):
+    url, seen = openai_server
+    model = OpenAIModel("fake", base_url=url, profile="prompt", max_retries=0)
+    before = {t.name for t in threading.enumerate()}
+    results = many(model, 8)
+    assert seen["requests"] == 8 and all(r.stop_reason.value == "PASSED" for r in results)
+    # The SDK's async client, not asyncio's worker threads, carried the eight calls.
+    assert not [t for t in threading.enumerate() if t.name.startswith("asyncio_") and t.name not in before]
+
+
+def test_a_batch_runs_its_sessions_as_coroutines(tmp_path):
+    from reflexa.batch import run_batch
+
+    (tmp_path / "good.json").write_text(json.dumps([GOOD]))
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"}) + "\n"
+                            for i in range(10)))
+    state = run_batch(path, "refine", store=str(tmp_path / "trace.db"), model=f"scripted:{tmp_path / 'good.json'}",
+                      concurrency=4, executor="async")
+    assert (state.done, state.passed, state.failed) == (10, 10, 0)
