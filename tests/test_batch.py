@@ -269,12 +269,13 @@ def test_a_killed_driver_loses_nothing_and_a_rerun_runs_each_task_once(tmp_path,
     assert runs_per_task(trace, report["batch"]) == {f"t{i}": 1 for i in range(16)}  # no task run twice
 
 
-def test_ctrl_c_leaves_whole_results_and_a_rerun_finishes(tmp_path):
+@pytest.mark.parametrize("executor", ["local", "async"])
+def test_ctrl_c_leaves_whole_results_and_a_rerun_finishes(tmp_path, executor):
     trace = str(tmp_path / "t.db")
     model = replies(tmp_path, "good.json", [GOOD])
     path = _slow_tasks(tmp_path, 12)
     results = tmp_path / "tasks.results.jsonl"
-    args = [str(path), "-l", "refine", "-m", model, "--trace", trace, "-c", "3", "--json"]
+    args = [str(path), "-l", "refine", "-m", model, "--trace", trace, "-c", "3", "--json", "--executor", executor]
     first = _cli(*args)
     _kill_when(first, results, 2, signal.SIGINT)
     assert first.returncode == 130
