@@ -262,3 +262,23 @@ def test_resample_after_every_failed_revision():
     result = refine("task", [Expect("good")], session=Session(model=model), resample="revision")
     assert result.passed and model.calls == 5
     assert len(model.prompts[4]) == 1  # the third attempt starts fresh from the task: it is sampled, not revised
+
+
+def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
+    class Fresh:  # fails every candidate with a new message, so the run goes on to max_attempts
+        name, subjective = "fresh", False
+
+        def __init__(self):
+            self.n = 0
+
+        def run(self, candidate, context):
+            self.n += 1
+            return Signal("fresh", False, ErrorCode.TEST_FAILED, "miss " + "x" * self.n, score=0.5)
+
+    store = MemoryStore()
+    replies = [f"```\nattempt {i} {'y' * 40}\n```" for i in range(40)]
+    result = refine("task", [Fresh()], explain=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
+                                                                                      store=store))
+    sizes = [len(json.dumps(s.output)) for s in store.steps(result.run_id) if s.kind == "checkpoint"]
+    assert result.iterations == 40 and len(sizes) == 39
+    assert sizes[-1] - sizes[2] < 200  # the failure message's growth, not every candidate and feedback so far

@@ -24,6 +24,8 @@ MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops."""
+RECENT = 3
+"""Candidates a run keeps: the latest three show a repeat (the last two) and an undone revision (the third)."""
 
 
 @payload("attempt")
@@ -67,9 +69,13 @@ class RefineState(Serial):
 
     task: str
     lessons: list[Lesson] = field(default_factory=list)
-    candidates: list[str] = field(default_factory=list)
+    attempts: int = 0
+    recent: list[str] = field(default_factory=list)
+    """The latest RECENT candidates, the last one the output: enough to see a repeat or an undone revision,
+    and a checkpoint stays the same size however long the run is."""
     history: list[tuple[str, str]] = field(default_factory=list)
-    """(candidate, feedback) for every checked attempt: the `full` context strategy shows them all."""
+    """(candidate, feedback) for every checked attempt, kept only for the `full` context strategy (which
+    shows them all)."""
     revising: tuple[str, str] | None = None
     """The candidate to revise next and its feedback; None after a FAIL (start fresh)."""
     best: tuple[str, Verdict] | None = None
@@ -80,9 +86,9 @@ class RefineState(Serial):
 
     def outcome(self, episode: Episode) -> Outcome:
         total = episode.run.meter.total.total_tokens
-        return Outcome(self.candidates[-1] if self.candidates else None, self.best[0] if self.best else None,
-                       self.best[1] if self.best else None, len(self.candidates),
-                       retried=len(self.candidates) > 1, retry_tokens=total - self.first_attempt_tokens)
+        return Outcome(self.recent[-1] if self.recent else None, self.best[0] if self.best else None,
+                       self.best[1] if self.best else None, self.attempts,
+                       retried=self.attempts > 1, retry_tokens=total - self.first_attempt_tokens)
 
 
 def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
@@ -122,7 +128,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
     """The loop itself: attempt, check, then stop, revise or restart."""
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
-    while len(s.candidates) < ep.bound:
+    while s.attempts < ep.bound:
         sampled, s.sample_next = s.sample_next, False
         revised = s.revising is not None
         attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
@@ -131,21 +137,22 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         plan_text, candidate = prompts.split_reply(reply.text)
-        s.candidates.append(candidate)
-        run.record(Attempt(len(s.candidates), s.revising is not None, plan_text, candidate), Role.GENERATOR,
+        s.attempts += 1
+        s.recent = [*s.recent[1 - RECENT:], candidate]
+        run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
                    started_at=attempt_at)
         run.status("running checks")
         checked_at = time.time()  # the verdict step spans the checks: a trace (and a tracer) shows their time
         verdict = run_checks(checks, candidate, check_context)
         run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
-        if len(s.candidates) == 1:
+        if s.attempts == 1:
             s.first_attempt_tokens = run.meter.total.total_tokens
         if s.best is None or verdict.score > s.best[1].score:
             s.best = (candidate, verdict)
-        if not engine.gate(len(s.candidates), verdict.signals):
+        if not engine.gate(s.attempts, verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
-        if why := engine.progress.stalled(s.candidates, frozenset(x.fingerprint for x in verdict.failing)):
-            if resample == "off" or s.resampled or len(s.candidates) == ep.bound:
+        if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
+            if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
@@ -154,9 +161,9 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.revising = None
             ep.checkpoint(s)
             continue
-        if len(s.candidates) >= 3 and same(candidate, s.candidates[-3]):
+        if len(s.recent) >= 3 and same(candidate, s.recent[-3]):
             run.record(Flag("this revision undoes the previous one"))
-        if len(s.candidates) == ep.bound:
+        if s.attempts == ep.bound:
             break  # no attempt left to use a lesson: reflecting now would waste tokens
         failure = verdict.failing[0]
         evidence = _evidence(verdict)
@@ -164,10 +171,11 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
                                 rule_facts=Facts(retryable=False))
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
-        lesson = outcome.lesson or Lesson(f"attempt {len(s.candidates)}", failure.message,
+        lesson = outcome.lesson or Lesson(f"attempt {s.attempts}", failure.message,
                                           failure.code or "check failed", f"make {failure.source} pass")
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
-        s.history.append((candidate, feedback))
+        if context == "full":
+            s.history.append((candidate, feedback))
         if verdict.status is Status.FAIL:
             s.lessons.append(lesson)
             s.revising = None
