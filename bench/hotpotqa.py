@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/hotpotqa.py [--model local] [--limit 60] [--strategies no-research,every-time,reflexa]
                                        [--data ../shared/data/hotpotqa/...] [--out bench/results/hotpotqa.json]
+                                       [--skip N]
 
 Each question's 10 paragraphs form its own corpus, one passage per sentence carrying title and sentence
 index, so a citation is correct when its (title, sentence) is among the question's supporting facts.
@@ -146,6 +147,9 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--skip", type=int, default=0,
+                        help="start after this many questions (a second process on the other core can take the "
+                        "second half: both append to the same rows file; rerun without --skip for the report)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl")
     parser.add_argument("--out", type=Path, default=Path("bench/results/hotpotqa.json"))
     args = parser.parse_args()
@@ -164,7 +168,7 @@ def main() -> None:
         if rows_path.exists() else {}
     names = args.strategies.split(",")
     # Question by question, every strategy in turn: a run stopped part way compares them on the same questions.
-    for i, row in enumerate(rows, 1):
+    for i, row in enumerate(rows[args.skip:], args.skip + 1):
         for name in names:
             if (name, row["id"]) in done:
                 continue
@@ -173,12 +177,14 @@ def main() -> None:
                 handle.write(json.dumps(done[(name, row["id"])]) + "\n")
             print(f"  {name} {i}/{len(rows)} stop={done[(name, row['id'])]['stop']} "
                   f"f1={done[(name, row['id'])]['metrics']['f1']:.2f}", file=sys.stderr, flush=True)
-        # Written after every question, so a long run that is stopped keeps what it measured.
-        for name in names:
+        # Written after every question, so a long run that is stopped keeps what it measured: over the
+        # questions every strategy has answered (a second process may be working on others, see --skip).
+        complete = [r for r in rows if all((name, r["id"]) in done for name in names)]
+        for name in names if complete else ():
             totals: Counter = Counter()
-            for r in rows[:i]:
+            for r in complete:
                 totals.update(done[(name, r["id"])]["metrics"])
-            report["strategies"][name] = summarise(totals, i)
+            report["strategies"][name] = summarise(totals, len(complete))
         args.out.write_text(json.dumps(report, indent=2))
     for name, summary in report["strategies"].items():
         print(
