@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/hotpotqa.py [--model local] [--limit 60] [--strategies no-research,every-time,reflexa]
                                        [--data ../shared/data/hotpotqa/...] [--out bench/results/hotpotqa.json]
-                                       [--skip N]
+                                       [--skip N] [--report]
 
 Each question's 10 paragraphs form its own corpus, one passage per sentence carrying title and sentence
 index, so a citation is correct when its (title, sentence) is among the question's supporting facts.
@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--report", action="store_true", help="only write the report from the rows file")
     parser.add_argument("--skip", type=int, default=0,
                         help="start after this many questions (a second process on the other core can take the "
                         "second half: both append to the same rows file; rerun without --skip for the report)")
@@ -167,8 +168,18 @@ def main() -> None:
     done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
         if rows_path.exists() else {}
     names = args.strategies.split(",")
+    def write_report() -> None:
+        """Over the questions every strategy has answered (a second process may be working on others)."""
+        complete = [r for r in rows if all((name, r["id"]) in done for name in names)]
+        for name in names if complete else ():
+            totals: Counter = Counter()
+            for r in complete:
+                totals.update(done[(name, r["id"])]["metrics"])
+            report["strategies"][name] = summarise(totals, len(complete))
+        args.out.write_text(json.dumps(report, indent=2))
+
     # Question by question, every strategy in turn: a run stopped part way compares them on the same questions.
-    for i, row in enumerate(rows[args.skip:], args.skip + 1):
+    for i, row in enumerate(rows[args.skip:] if not args.report else [], args.skip + 1):
         for name in names:
             if (name, row["id"]) in done:
                 continue
@@ -177,15 +188,8 @@ def main() -> None:
                 handle.write(json.dumps(done[(name, row["id"])]) + "\n")
             print(f"  {name} {i}/{len(rows)} stop={done[(name, row['id'])]['stop']} "
                   f"f1={done[(name, row['id'])]['metrics']['f1']:.2f}", file=sys.stderr, flush=True)
-        # Written after every question, so a long run that is stopped keeps what it measured: over the
-        # questions every strategy has answered (a second process may be working on others, see --skip).
-        complete = [r for r in rows if all((name, r["id"]) in done for name in names)]
-        for name in names if complete else ():
-            totals: Counter = Counter()
-            for r in complete:
-                totals.update(done[(name, r["id"])]["metrics"])
-            report["strategies"][name] = summarise(totals, len(complete))
-        args.out.write_text(json.dumps(report, indent=2))
+        write_report()  # after every question, so a long run that is stopped keeps what it measured
+    write_report()
     for name, summary in report["strategies"].items():
         print(
             f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
