@@ -137,8 +137,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         plan_text, candidate = prompts.split_reply(reply.text)
-        s.attempts += 1
-        s.recent = [*s.recent[1 - RECENT:], candidate]
+        s.attempts, s.recent = s.attempts + 1, [*s.recent[1 - RECENT:], candidate]
         run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
                    started_at=attempt_at)
         run.status("running checks")
@@ -174,8 +173,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         lesson = outcome.lesson or Lesson(f"attempt {s.attempts}", failure.message,
                                           failure.code or "check failed", f"make {failure.source} pass")
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
-        if context == "full":
-            s.history.append((candidate, feedback))
+        s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
         if verdict.status is Status.FAIL:
             s.lessons.append(lesson)
             s.revising = None
