@@ -272,6 +272,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="steps per sub-goal (react gets sub-goals x steps)")
     parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--skip", type=int, default=0, help="start after this many tasks (a second process on "
+                        "the other core can take the later ones; both append to the same rows file)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/plan.json"))
     args = parser.parse_args()
     if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
@@ -287,7 +289,7 @@ def main() -> None:
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
         for name in args.strategies.split(","):
             rows = [r for r in done if r["strategy"] == name and any(t.id == r["task"] for t in suite)]
-            for task in suite:
+            for task in suite[args.skip:]:
                 if any(r["task"] == task.id for r in rows):
                     continue
                 rows.append(run_task(name, task, db, model, store, args.steps))
