@@ -171,7 +171,9 @@ def main() -> None:
     def write_report() -> None:
         """Over the questions every strategy has answered (a second process may be working on others)."""
         complete = [r for r in rows if all((name, r["id"]) in done for name in names)]
-        for name in names if complete else ():
+        if not complete:
+            return
+        for name in names:
             totals: Counter = Counter()
             for r in complete:
                 totals.update(done[(name, r["id"])]["metrics"])
@@ -179,7 +181,8 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=2))
 
     # Question by question, every strategy in turn: a run stopped part way compares them on the same questions.
-    for i, row in enumerate(rows[args.skip:] if not args.report else [], args.skip + 1):
+    todo = [] if args.report else rows[args.skip:]
+    for i, row in enumerate(todo, args.skip + 1):
         for name in names:
             if (name, row["id"]) in done:
                 continue

@@ -102,6 +102,9 @@ class OpenAIModel(Model):
         self.model = model
         self._profile = PROFILES[profile] if profile else (PROFILES["openai"] if base_url is None else None)
         self.name = f"openai:{model or self.base_url}"
+        self._aclient: Any = None
+        self._aloop: Any = None
+        """The async client and the event loop it was made on (see `_async_client`)."""
 
     @property
     def profile(self) -> Profile:
@@ -200,7 +203,7 @@ class OpenAIModel(Model):
         import openai
 
         loop = asyncio.get_running_loop()
-        if getattr(self, "_aloop", None) is not loop:
+        if self._aloop is not loop:
             sync = self.client
             self._aclient = openai.AsyncOpenAI(base_url=self.base_url, api_key=sync.api_key, timeout=sync.timeout,
                                                max_retries=sync.max_retries)
