@@ -118,6 +118,29 @@ def test_experience_library_serves_a_second_run_without_the_reflector():
     assert entry.hits == 1 and entry.successes == 2
 
 
+def test_a_rejected_answer_s_lesson_is_served_to_its_own_goal_only():
+    # The validator's message is the same for every question; the repair learnt on one is not another's.
+    library = ExperienceLibrary(MemoryStore())
+
+    def only(right):
+        return lambda answer: None if answer == right else "the answer does not match the database"
+
+    def run(goal, right, replies):
+        model = ScriptedModel(replies)
+        return react(goal, [], validator=only(right), session=Session(model=model, experience=library)), model
+
+    learnt, _ = run("How many orders?", "400",
+                    [final("40"), lesson("the answer 40 does not match", "count every order: 400"), final("400")])
+    assert learnt.passed and learnt.counters["reflector_calls"] == 1
+    other, _ = run("What does the tent cost?", "210",
+                   [final("12"), lesson("the answer 12 does not match", "read the price: 210"), final("210")])
+    assert other.counters["experience_hits"] == 0 and other.counters["reflector_calls"] == 1
+    again, model = run("How many  orders?", "400", [final("40"), final("400")])
+    assert again.passed and again.counters["experience_hits"] == 1 and again.counters["reflector_calls"] == 0
+    assert "count every order: 400" in model.prompts[1][-1]["content"]
+    assert len(library.entries()) == 2
+
+
 def test_failing_repair_is_demoted():
     store = MemoryStore()
     library = ExperienceLibrary(store)

@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..types import Lesson, Payload, Signal, StopReason, payload
+from ..types import ErrorCode, Lesson, Payload, Signal, StopReason, payload
 from .classify import Decision, Facts, Repair, classify
 from .experience import ExperienceLibrary
 from .gate import failing
@@ -29,6 +30,19 @@ DEFAULT_QUOTA = 2
 """Reflector calls per run when the budget sets no max_reflections."""
 NO_FACTS = Facts()
 """The classifier's facts when the caller knows nothing beyond the signal (Facts is frozen: one is enough)."""
+GOAL_BOUND = frozenset({ErrorCode.VALIDATION_FAILED})
+"""Failures that judge the answer to one goal rather than a tool's behaviour. A validator's "does not match"
+reads the same for every question, and a repair learnt on one question is no repair for another, so their
+experience entries are keyed to the goal as well (a tool's error, by contrast, is repaired alike whatever
+the goal)."""
+
+
+def experience_key(signal: Signal, goal: str) -> str:
+    """The experience library's key for a failure: its fingerprint, plus the goal's for GOAL_BOUND codes."""
+    if signal.code not in GOAL_BOUND:
+        return signal.fingerprint
+    digest = hashlib.sha256(" ".join(goal.lower().split()).encode()).hexdigest()[:16]
+    return f"{signal.fingerprint}|goal:{digest}"
 
 
 @dataclass(slots=True)
@@ -127,10 +141,11 @@ class Engine:
         if self.progress.recurs(fingerprint):
             self.counters.no_progress += 1
             return Outcome("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
+        key = experience_key(signal, goal)
         if self.experience is not None:
-            if (lesson := self.experience.lookup(fingerprint)) is not None:
+            if (lesson := self.experience.lookup(key)) is not None:
                 self.counters.experience_hits += 1
-                self._pending.add(fingerprint)
+                self._pending.add(key)
                 self.progress.note_reflection(fingerprint)
                 return Outcome("lesson", "repair reused from the experience library", lesson=lesson, reused=True)
             self.counters.experience_misses += 1
@@ -148,14 +163,14 @@ class Engine:
                            stop=StopReason.NO_PROGRESS)
         self.progress.note_reflection(fingerprint)
         if self.experience is not None:
-            self.experience.learn(fingerprint, lesson)
-            self._pending.add(fingerprint)
+            self.experience.learn(key, lesson)
+            self._pending.add(key)
         return Outcome("lesson", "new lesson", lesson=lesson)
 
     def _settle(self, success: bool) -> None:
         if self.experience is not None:
-            for fingerprint in self._pending:
-                self.experience.outcome(fingerprint, success)
+            for key in self._pending:
+                self.experience.outcome(key, success)
         self._pending.clear()
 
     def snapshot(self) -> dict[str, Any]:
