@@ -18,6 +18,7 @@ machine). Target: at most 50 µs more per iteration. The last line says how fast
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sqlite3
 import statistics
@@ -143,6 +144,9 @@ def time_refine(iterations: int, store_kind: str, explain: bool, observed: bool 
     with tempfile.TemporaryDirectory() as tmp:
         store = {"sqlite": lambda: SQLiteStore(Path(tmp) / "b.db"), "memory": MemoryStore}[store_kind]()
         check = NeverPasses(iterations)
+        # Each run starts from the same collector state: one full collection left over from the run before
+        # (tens of ms on this heap) would land on whichever run came next, on or off, as noise.
+        gc.collect()
         started = CLOCK()
         result = refine(
             "bench task",
