@@ -1,7 +1,7 @@
 """Fault-injection suite for `react`: questions over a generated shop database, with flaky, slow and
 verbose tools, each question with a checkable answer.
 
-    .venv/bin/python bench/faults.py [--model local] [--steps 5] [--out bench/results/faults.json]
+    .venv/bin/python bench/faults.py [--model local] [--steps 5] [--skip N] [--out bench/results/faults.json]
 
 Strategies, side by side on the same tasks:
   (a) none        a plain ReAct loop: full history in the prompt, no reflection
@@ -248,6 +248,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--skip", type=int, default=0, help="start after this many tasks (a second process on "
+                        "the other core can take the later ones; both append to the same rows file)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
     args = parser.parse_args()
     if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
@@ -265,7 +267,7 @@ def main() -> None:
         names = args.strategies.split(",")
         # Task by task, every strategy in turn: a run stopped part way compares the strategies on the same
         # tasks. Pass 2 of a task therefore sees the library pass 1 learnt on it and on every earlier task.
-        for task in suite:
+        for task in suite[args.skip:]:
             for name in names:
                 if any(r["strategy"] == name and r["question"] == task.question and r["fault"] == task.fault
                        for r in done):
