@@ -3,6 +3,7 @@
 import asyncio
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -111,6 +112,17 @@ def openai_server():
             self.end_headers()
             self.wfile.write(body)
 
+        def do_GET(self):  # noqa: N802 - GET /v1/models: a llama.cpp server's answer, after a while
+            seen["listed"] = seen.get("listed", 0) + 1
+            time.sleep(0.6)
+            body = json.dumps({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0,
+                                                           "owned_by": "llamacpp"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def log_message(self, *args):
             pass
 
@@ -127,6 +139,32 @@ def test_the_openai_backend_keeps_calls_in_flight_on_the_event_loop_without_thre
     results = many(model, 8)
     assert seen["requests"] == 8 and all(r.stop_reason.value == "PASSED" for r in results)
     # The SDK's async client, not asyncio's worker threads, carried the eight calls.
+    assert not [t for t in threading.enumerate() if t.name.startswith("asyncio_") and t.name not in before]
+
+
+def test_the_server_s_profile_is_detected_on_the_event_loop_too(openai_server):
+    url, seen = openai_server
+    model = OpenAIModel("fake", base_url=url, max_retries=0)  # no profile: GET /models decides it
+    before = {t.name for t in threading.enumerate()}
+    gaps: list[float] = []
+
+    async def main():
+        async def ticker():  # the event loop's heartbeat while the sessions wait on the server
+            while True:
+                last = time.monotonic()
+                await asyncio.sleep(0.05)
+                gaps.append(time.monotonic() - last)
+
+        beat = asyncio.create_task(ticker())
+        results = await asyncio.gather(*(aio.run(refine, f"say GOOD {i}", [RegexCheck("GOOD")],
+                                                 session=Session(model=model)) for i in range(8)))
+        beat.cancel()
+        return results
+
+    results = asyncio.run(main())
+    assert all(r.stop_reason.value == "PASSED" for r in results)
+    assert seen["listed"] >= 1 and model.profile.schema_mode == "json_object"  # llama.cpp's
+    assert max(gaps) < 0.4  # the 0.6 s answer to GET /models did not hold up the event loop
     assert not [t for t in threading.enumerate() if t.name.startswith("asyncio_") and t.name not in before]
 
 

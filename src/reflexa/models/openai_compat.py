@@ -114,7 +114,18 @@ class OpenAIModel(Model):
 
     def _detect(self) -> str:
         """Ask the server what it is; fall back to prompt-then-validate, which every server supports."""
-        models = self._request(lambda: list(self.client.models.list()))
+        return self._profile_of(self._request(lambda: list(self.client.models.list())))
+
+    async def _adetect(self, client: Any) -> None:
+        """`_detect` on the async client, so a coroutine's first call does not block its event loop."""
+
+        async def listed() -> list[Any]:
+            return [m async for m in client.models.list()]
+
+        self._profile = PROFILES[self._profile_of(await self._arequest(listed))]
+
+    def _profile_of(self, models: list[Any]) -> str:
+        """The profile for the server that listed `models` (GET /models); fills in the model if none was given."""
         if not self.model and models:
             self.model = models[0].id
         owner = next((m.owned_by for m in models if m.id == self.model), models[0].owned_by if models else "")
@@ -191,9 +202,11 @@ class OpenAIModel(Model):
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
     ) -> Generation:
         """The same request on the SDK's async client: no thread per call in flight. The server's profile
-        is detected (once, synchronously) before the first call."""
-        kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
+        is detected on that client too, before the first call (concurrent first calls may each ask)."""
         client = self._async_client()
+        if self._profile is None:
+            await self._adetect(client)
+        kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
         return _generation(await self._arequest(lambda: client.chat.completions.create(**kwargs)))
 
     def _async_client(self) -> Any:
