@@ -282,3 +282,23 @@ def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
     sizes = [len(json.dumps(s.output)) for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.iterations == 40 and len(sizes) == 39
     assert sizes[-1] - sizes[2] < 200  # the failure message's growth, not every candidate and feedback so far
+
+
+def test_a_fresh_attempt_shows_only_the_newest_lessons():
+    from reflexa.loops.refine import MAX_LESSONS
+
+    class Failing:  # FAIL (score 0) with a new message each time: every attempt adds a lesson
+        name, subjective = "failing", False
+
+        def __init__(self):
+            self.n = 0
+
+        def run(self, candidate, context):
+            self.n += 1
+            return Signal("failing", False, ErrorCode.TEST_FAILED, f"miss {'z' * self.n}", score=0.0)
+
+    model = ScriptedModel([f"```\nattempt {'y' * i}\n```" for i in range(12)])
+    result = refine("task", [Failing()], explain=False, max_attempts=12, session=Session(model=model))
+    last = model.prompts[-1][-1]["content"]
+    assert result.iterations == 12 and last.count("- At attempt") == MAX_LESSONS
+    assert f"miss {'z' * 11}\n" in last and f"miss {'z' * 6}\n" not in last  # the newest five: 7 to 11

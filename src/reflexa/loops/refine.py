@@ -24,6 +24,8 @@ MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops."""
+MAX_LESSONS = 5
+"""Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3
 """Candidates a run keeps: the latest three show a repeat (the last two) and an undone revision (the third)."""
 
@@ -175,7 +177,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
         s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
         if verdict.status is Status.FAIL:
-            s.lessons.append(lesson)
+            s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
             s.revising = None
         elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
             s.revising, s.sample_next = None, True
