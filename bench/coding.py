@@ -139,11 +139,10 @@ def reflector_role(line: str) -> Iterator[None]:
 
 def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
     started = time.monotonic()
-    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample", "refine-qa",
-                "refine-fresh"):
+    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample", "refine-qa"):
         attempts = 1 if name == "single" else ATTEMPTS
         options = {"refine-full": {"context": "full"}, "refine-noexplain": {"explain": False},
-                   "refine-sample": {"resample": "revision"}, "refine-fresh": {"resample": "fresh"}}.get(name, {})
+                   "refine-sample": {"resample": "revision"}}.get(name, {})
         store = MemoryStore()
         with reflector_role(QA_ROLE if name == "refine-qa" else ""):
             result = refine(

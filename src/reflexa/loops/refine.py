@@ -17,10 +17,9 @@ from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
 ContextStrategy = Literal["latest", "full"]
-Resample = Literal["off", "stall", "revision", "fresh"]
+Resample = Literal["off", "stall", "revision"]
 """When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself
-(the default); also after every revision that still fails; or for every retry ("fresh": no revision at all,
-each retry a sampled attempt from the task plus the lessons)."""
+(the default); or also after every revision that still fails."""
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
@@ -177,9 +176,9 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
                                           failure.code or "check failed", f"make {failure.source} pass")
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
         s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
-        if verdict.status is Status.FAIL or resample == "fresh":
+        if verdict.status is Status.FAIL:
             s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
-            s.revising, s.sample_next = None, resample == "fresh"
+            s.revising = None
         elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
             s.revising, s.sample_next = None, True
         else:
