@@ -146,7 +146,11 @@ def test_memory_cap_holds_for_the_whole_tree():
     )
     result = run(code, limited)
     assert result.memory_exceeded, (result.stdout, result.stderr)
-    assert result.stdout.count("held") < 4
+    # 4 x 200 MB cannot live in 512 MB at once: the OOM killer ends some children. Which ones is its choice
+    # (it picks by size), so a child may print "held" before it is the one killed: count the kills.
+    _, reported, tail = result.stdout.rpartition("statuses [")
+    statuses = [int(s) for s in tail.partition("]")[0].split(",")] if reported else []
+    assert not reported or 9 in statuses, result.stdout  # 9: a child ended by SIGKILL (no report: the parent)
     assert "memory-per-tree-cgroup:512MiB" in result.isolation
 
 
