@@ -81,12 +81,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
     parser.add_argument("--name", default="mbpp", help="file stem under bench/results/")
+    parser.add_argument("--skip", type=int, default=0, help="start after this many problems (a second process "
+                        "on the other core can take the later ones; both append to the same rows file)")
     args = parser.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"MBPP data not found: {args.data} (give --data)")
     model = resolve_model(args.model)
     report = bench(
-        problems(args.data, args.problems),
+        problems(args.data, args.problems)[args.skip:],
         model,
         args.strategies.split(","),
         args.results / f"{args.name}-rows.jsonl",
