@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/trace_conversions.py mbpp_420_cube_Sum,mbpp_555_difference [--db traces.db]
 
-Runs `refine` (3 attempts, as bench/mbpp.py does) on the given problems with a SQLite trace and prints
+Runs `refine` (the attempts bench/mbpp.py gives it) on the given problems with a SQLite trace and prints
 each run's steps: whether the attempt that passed was a revision with a lesson or a sampled fresh one.
 """
 
@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import mbpp
+from coding import ATTEMPTS
 
 from reflexa import Session, SQLiteStore, refine, resolve_model
 
@@ -25,12 +26,14 @@ def main() -> None:
     parser.add_argument("--db", help="keep the traces in this SQLite file (default: a temporary one)")
     args = parser.parse_args()
     ids = set(args.ids.split(","))
+    chosen = [p for p in mbpp.problems(mbpp.DATA, sys.maxsize) if p.id in ids]
+    if unknown := ids - {p.id for p in chosen}:
+        raise SystemExit(f"no such MBPP problem: {', '.join(sorted(unknown))} (names as in {mbpp.DATA.name})")
     db = args.db or str(Path(tempfile.mkdtemp()) / "traces.db")
     model, store = resolve_model(args.model), SQLiteStore(db)
-    for p in mbpp.problems(mbpp.DATA, 100):
-        if p.id not in ids:
-            continue
-        result = refine(p.task, [p.check], session=Session(model=model, store=store), max_attempts=3, family="coding")
+    for p in chosen:
+        result = refine(p.task, [p.check], session=Session(model=model, store=store), max_attempts=ATTEMPTS,
+                        family="coding")
         print(f"== {p.id} {result.stop_reason} hidden tests pass: {p.score(result.best or '')}")
         for step in store.steps(result.run_id):
             data = step.payload()
