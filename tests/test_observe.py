@@ -469,3 +469,17 @@ def test_telemetry_alone_does_not_make_a_call_stream():
     refine_run(observers(lambda event, data: loud.append(event), Tracing(TracerProvider())))
     assert "token" in loud  # a live view beside the tracer still gets the reply as it streams
     assert observers(Quiet(), Tracing(TracerProvider())).tokens is False
+
+
+def test_a_fan_out_passes_an_observer_only_the_events_it_reads():
+    seen, everything = [], []
+
+    class StepsOnly:
+        reads = frozenset({"step"})
+
+        def __call__(self, event, data):
+            seen.append(event)
+
+    refine_run(observers(StepsOnly(), lambda event, data: everything.append(event)))
+    assert set(seen) == {"step"}
+    assert {"run", "call", "step", "finish"} <= set(everything)

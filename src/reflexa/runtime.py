@@ -26,7 +26,8 @@ Observer = Callable[[str, Any], None]
 a model call, ("token", text) while a reply streams where the backend can, ("status", text) while a check
 or tool runs, ("step", Step) after each step is stored, and ("finish", Result) when the run is closed.
 An observer ignores events it does not know. One whose `tokens` attribute is False gets no token events,
-and a call made for it alone does not stream (telemetry has no use for them)."""
+and a call made for it alone does not stream (telemetry has no use for them). One with a `reads` set of
+event names gets only those when it sits in `reflexa.observe.observers(...)`."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""

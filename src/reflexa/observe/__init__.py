@@ -40,15 +40,21 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 class _FanOut:
     """Several observers as one, called in order."""
 
-    __slots__ = ("observers", "tokens")
+    __slots__ = ("observers", "tokens", "_routes")
 
     def __init__(self, observers: tuple[Observer, ...]) -> None:
         self.observers = observers
         self.tokens = any(getattr(o, "tokens", True) for o in observers)
         """Whether any of them reads ("token", text) events (see runtime.Observer)."""
+        self._routes: dict[str, tuple[Observer, ...]] = {}
+        """Event name -> the observers that read it (its `reads`, when an observer has one): telemetry
+        reads no "call" or "status" events, and on the loop's hot path a call that is ignored still costs."""
 
     def __call__(self, event: str, data: Any) -> None:
-        for observer in self.observers:
+        route = self._routes.get(event)
+        if route is None:
+            route = self._routes[event] = tuple(o for o in self.observers if event in getattr(o, "reads", (event,)))
+        for observer in route:
             observer(event, data)
 
 

@@ -43,7 +43,7 @@ class RunSpan:
         self.span: Any = None  # the live span (TracerWriter)
         self.context: otel_context.Context | None = None  # a context holding it (TracerWriter)
         self.parent: SpanContext | None = None  # (DirectWriter)
-        self.events: list[Event] = []  # (DirectWriter)
+        self.events: list[tuple[str, dict[str, Any], int]] = []  # (DirectWriter) made Events at close
 
 
 def _status(error: str | None) -> Status:
@@ -114,11 +114,12 @@ class DirectWriter:
 
     def event(self, run: RunSpan, name: str, attributes: dict[str, Any], timestamp: int) -> None:
         if len(run.events) < EVENT_LIMIT:
-            run.events.append(Event(name, attributes, timestamp))
+            run.events.append((name, attributes, timestamp))  # an Event only at close: off the hot path
 
     def close(self, run: RunSpan, attributes: dict[str, Any], error: str | None, end: int) -> None:
         self.processor.on_end(ReadableSpan(run.name, run.span_context, run.parent, self.resource,
-                                           {**run.attributes, **attributes}, tuple(run.events),
+                                           {**run.attributes, **attributes},
+                                           tuple(Event(*event) for event in run.events),
                                            kind=SpanKind.INTERNAL, status=_status(error), start_time=run.start,
                                            end_time=end, instrumentation_scope=self.scope))
 

@@ -122,6 +122,8 @@ class Metrics:
 
     tokens = False
     """No ("token", text) events: a run traced or counted and not watched does not stream."""
+    reads = frozenset({"run", "step", "finish"})
+    """The events read; an `observers(...)` fan-out passes it no others."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """`registry` None is prometheus_client's default registry."""

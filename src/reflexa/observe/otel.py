@@ -193,6 +193,8 @@ class Tracing:
 
     tokens = False
     """No ("token", text) events: a run traced or counted and not watched does not stream."""
+    reads = frozenset({"run", "step", "finish"})
+    """The events read; an `observers(...)` fan-out passes it no others."""
 
     def __init__(self, provider: Any = None, *, processor: Any = None, resource: Any = None,
                  content: bool | None = None) -> None:
