@@ -123,14 +123,14 @@ def test_threads_script(tmp_path, embedded):
 
 def test_plan_script_runs_every_strategy_and_resumes(tmp_path):
     out_file = tmp_path / "plan.json"
-    out = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "2", "--out", str(out_file))
+    out = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "4", "--out", str(out_file))
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"react", "plan", "plan-planner"} and report["tasks"] == 4
     plan = report["strategies"]["plan"]
     assert plan["blocks_propagated"] == 2 and plan["blocked_uses"] == 0  # the fatal and the flaky task
     assert [r["stop"] for r in plan["rows"]] == ["ANSWERED_UNVERIFIED"] * 4
     assert report["strategies"]["react"]["rows"][0]["subgoals"] == 2 and "blocked tools used later 0" in out
-    again = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "2", "--out", str(out_file))
+    again = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "4", "--out", str(out_file))
     assert again.count("right  0/4") == 3  # resumed from the rows file: nothing runs twice
     assert len((tmp_path / "plan-rows.jsonl").read_text().splitlines()) == 12
 

@@ -130,7 +130,8 @@ def test_a_block_learnt_in_unit_1_is_enforced_in_unit_3():
                        act("prices", item="toaster"), act("prices", item="toaster"), "(no reflection)", final("29.5"))
     result = plan("Prices", TOOLS, session=s, tree=given)
     assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.output == "29.5"
-    assert CALLS == ["prices:kettle", "lookup:kettle"]  # unit three's call never ran the tool
+    # The 503 is retried twice by rule before the reflector is asked; unit three's call never ran the tool.
+    assert CALLS == ["prices:kettle"] * 3 + ["lookup:kettle"]
     propagated = [p for p in (st.payload() for st in s.store.steps(result.run_id)) if isinstance(p, Propagated)]
     assert len(propagated) == 1 and propagated[0].origin == "one"
     assert propagated[0].lesson.control.kind == "block_tool" and "503" in propagated[0].lesson.observed_mismatch

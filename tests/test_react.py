@@ -290,6 +290,23 @@ def test_truncated_observation_is_paged_by_rule():
     assert actions[1] == "page 1 of dump"
 
 
+def test_a_truncated_call_repeated_after_its_page_is_asked_for_the_answer_not_paged_again():
+    @tool(max_chars=50)
+    def dump() -> str:
+        return "x" * 100 + "total=7"
+
+    model = ScriptedModel([act("dump"), act("dump"), final("7")])
+    store = MemoryStore()
+    result = react("q", [dump], validator=accept, session=Session(model=model, store=store))
+    assert result.passed and result.counters["rule_repairs"] == 2
+    steps = [s.payload() for s in store.steps(result.run_id) if s.kind == "react"]
+    assert [p.action for p in steps][:3] == ["dump({})", "page 1 of dump", "dump({})"]
+    assert "total=7" in steps[0].observation  # the first view keeps the end, where the result is
+    decisions = [s.payload().reason for s in store.steps(result.run_id) if s.kind == "engine"]
+    assert decisions == ["truncated observation: show the next page",
+                         "a repeated read-only call: answer from what is known"]
+
+
 class Crash(BaseException):
     """Stands in for the process being killed."""
 

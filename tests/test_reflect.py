@@ -24,10 +24,18 @@ def sig(code, message="boom"):
         (sig(ErrorCode.SCHEMA), Facts(suggestion={"a": 1}), Decision.RULE, "args"),
         (sig(ErrorCode.TIMEOUT), Facts(), Decision.RULE, "retry"),
         (sig(ErrorCode.TOO_LONG), Facts(can_page=True), Decision.RULE, "page"),
+        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "database is busy; call again"), Facts(), Decision.RULE,
+         "retry"),
+        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "429 Too Many Requests"), Facts(retries_before=1),
+         Decision.RULE, "retry"),
         # Ambiguous cases go to reflection, never to a rule:
         (sig(ErrorCode.NOT_FOUND), Facts(), Decision.REFLECT, None),
         (sig(ErrorCode.SCHEMA), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.TIMEOUT), Facts(timeouts_before=1), Decision.REFLECT, None),
+        (sig(ErrorCode.TIMEOUT), Facts(retries_before=1), Decision.REFLECT, None),
+        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "database is busy; call again"), Facts(retries_before=2),
+         Decision.REFLECT, None),
+        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "503 from upstream, try later"), Facts(retryable=False),
+         Decision.REFLECT, None),
         (sig(ErrorCode.TIMEOUT), Facts(retryable=False), Decision.REFLECT, None),
         (sig(ErrorCode.TOO_LONG), Facts(), Decision.REFLECT, None),
         (sig(ErrorCode.EMPTY), Facts(), Decision.REFLECT, None),
@@ -195,3 +203,14 @@ def test_a_lesson_that_only_restates_the_task_is_discarded():
     concrete = Lesson("1", "for [1.0, 2.0, 5.9, 4.0, 5.0] it returned False, not True", "r", "c")
     assert not grounded(restated, evidence, task)
     assert grounded(concrete, evidence, task)
+
+
+def test_a_lesson_whose_correction_repeats_the_failure_is_discarded():
+    from reflexa.reflect.reflector import restates
+    from reflexa.types import Lesson
+
+    answer = "The customer with the most orders is John Doe."
+    assert restates(Lesson(answer, answer, answer, answer))  # a rejected answer copied into every field
+    assert restates(Lesson("query", "no such table: tent", "r", "No such table: tent"))
+    assert not restates(Lesson(answer, "the validator rejected John Doe", "no query counted orders per customer",
+                               "count orders per customer with GROUP BY before answering"))

@@ -83,18 +83,21 @@ def test_timeout_and_exception_codes():
     assert registry.call("nope", {}).code is ErrorCode.SCHEMA  # an unknown tool name is a schema error
 
 
-def test_output_is_capped_and_pageable():
+def test_output_is_capped_shows_both_ends_and_pages_the_middle():
     @tool(max_chars=100)
     def big() -> str:
-        return "x" * 250
+        return "h" * 75 + "m" * 200 + "t" * 25  # 300 characters: a head, a middle, the result last
 
     registry = ToolSession(ToolRegistry([big]))
     first = registry.call("big", {})
-    assert first.truncated and len(first.output) == 100 and "truncated" in first.shown()
+    assert first.truncated and "truncated" in first.shown()
+    assert first.output.startswith("h" * 75) and first.output.endswith("\n" + "t" * 25)
+    assert "mm" not in first.output and "200 characters cut" in first.output
     second = registry.page("big", 1)
-    assert second is not None and len(second.output) == 100 and second.truncated
-    assert registry.page("big", 2).output == "x" * 50
-    assert registry.page("big", 3) is None
+    assert second is not None and second.output == "m" * 100 and second.truncated
+    third = registry.page("big", 2)
+    assert third.output == "m" * 100 and not third.truncated
+    assert registry.page("big", 3) is None and registry.page("big", 0) is None
 
 
 def test_empty_result_legal_or_not():

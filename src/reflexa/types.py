@@ -147,6 +147,16 @@ def cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def cap_ends(text: str, limit: int) -> str:
+    """Cut text to `limit` characters keeping its start and its last quarter, marking the cut: what a tool
+    or a step returns often ends with its result (rows after diagnostics, a summary after a log)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return text[: limit - tail - 1].rstrip() + "…" + text[-tail:].lstrip()
+
+
 @dataclass(frozen=True, slots=True)
 class Control:
     """A control signal a lesson may carry: force the next action, or block a tool or one argument value.

@@ -67,6 +67,9 @@ class Chosen(Serial):
     action: Action
     thought: str = ""
     confidence: float | None = None
+    by_model: bool = False
+    """The model chose it (else a rule, a lesson or a failed reply did, and `thought` is reflexa's note, which
+    never counts as a repeated thought)."""
 
 
 @payload("react")
@@ -96,7 +99,8 @@ class ReactState(Serial):
     step: int = 0
     actions: list[str] = field(default_factory=list)
     thoughts: list[str] = field(default_factory=list)
-    timeouts: dict[str, int] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)
+    """Rule-based retries so far, by action (a timeout is retried once, a transient error twice)."""
     blocks: Blocks = field(default_factory=Blocks)
     queued: Chosen | None = None
     """A rule repair or a forced action, taken next instead of asking the model."""
@@ -167,14 +171,15 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
             run.status(f"tool {chosen.action.tool} running")  # a live view shows it until the step lands
         acted_at = time.time()  # the step spans the tool call: a trace (and a tracer) shows its time
         action, observation = _carry_out(chosen.action, tools, s.step, validator)
+        thought = chosen.thought if chosen.by_model else ""  # a rule's note is no repeated thought
         signals = [] if isinstance(chosen.action, PageAction) else step_signals(
             source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
-            message=observation.message, truncated=observation.truncated, action=action, thought=chosen.thought,
+            message=observation.message, truncated=observation.truncated, action=action, thought=thought,
             earlier_actions=s.actions, earlier_thoughts=s.thoughts, confidence=chosen.confidence,
             evidence=observation.shown()[:300], similarity=similarity)
         if observation.ok:
             s.actions.append(action)  # only successful actions count as repeats; failures are the engine's
-        s.thoughts.append(chosen.thought)
+        s.thoughts.append(thought)
         ws.add_step({"step": s.step, "action": action, "observation": observation.shown()})
         final = isinstance(chosen.action, FinalAnswer)
         if final and observation.ok:
@@ -215,7 +220,8 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
         return None
     if reply.value is not None:
         value = reply.value["action"]
-        return Chosen(_action(value["tool"], value["args"]), value.get("thought", ""), value.get("confidence"))
+        return Chosen(_action(value["tool"], value["args"]), value.get("thought", ""), value.get("confidence"),
+                      by_model=True)
     # Still invalid after the re-ask: let the registry name the argument problem, if there is a call at all.
     if (loose := prompts.loose_action(reply.text)) is not None:
         return Chosen(_action(*loose), "(invalid action)")
@@ -250,11 +256,11 @@ def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validat
 
 
 def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSession) -> Facts:
-    # A side-effecting call that timed out may still complete: never retry it by rule.
+    # A side-effecting call that failed may still have had its effect: never retry it by rule.
     tool = tools.registry.tools.get(observation.tool)
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
-                 timeouts_before=s.timeouts.get(action, 0), can_page=observation.truncated,
+                 retries_before=s.retries.get(action, 0), can_page=observation.truncated,
                  answer_asked=action in s.answer_asked)
 
 
@@ -264,9 +270,9 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
     if repair is not None and isinstance(failed, ToolCall):
         if repair.kind == "retry":
             key = prompts.describe_action(failed.tool, failed.args)
-            s.timeouts[key] = s.timeouts.get(key, 0) + 1
+            s.retries[key] = s.retries.get(key, 0) + 1
             time.sleep(repair.delay)
-            s.queued = Chosen(failed, "(rule: retry after timeout)")
+            s.queued = Chosen(failed, "(rule: retry after a pause)")
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
             s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
     if repair is not None and repair.kind == "answer" and isinstance(failed, ToolCall):

@@ -5,6 +5,7 @@ An ambiguous case always goes to reflection, never to a rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -12,7 +13,14 @@ from typing import Any
 from ..types import ErrorCode, Signal
 
 TIMEOUT_BACKOFF = 0.5
-"""Seconds to wait before the single rule-based retry of a timed-out call."""
+"""Seconds to wait before the single rule-based retry of a timed-out call (and before the first retry of a
+transient error; each later one waits twice as long)."""
+TRANSIENT_RETRIES = 2
+"""Rule-based retries of one call whose error says it is transient, before it goes to reflection."""
+TRANSIENT = re.compile(r"\b(busy|locked|try (again|later)|call again|temporar(il)?y|unavailable|rate.?limit(ed)?|"
+                       r"too many requests|503|429)\b", re.IGNORECASE)
+"""A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
+pause is the textbook repair, and asking a model why costs more than the retry."""
 
 
 class Decision(StrEnum):
@@ -50,8 +58,8 @@ class Facts:
     """The tool says no retry can help (the target does not exist, an effect's state is unknown)."""
     retryable: bool = True
     """Whether repeating the same call could succeed (a tool call can; a candidate's own timeout cannot)."""
-    timeouts_before: int = 0
-    """Earlier timeouts of this same action in this run."""
+    retries_before: int = 0
+    """Earlier rule-based retries of this same action in this run."""
     can_page: bool = False
     """A truncated observation has another page to show."""
     answer_asked: bool = False
@@ -67,9 +75,13 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         return Classification(Decision.UNRECOVERABLE, f"{reason}: {signal.message}")
     if code in (ErrorCode.NOT_FOUND, ErrorCode.SCHEMA) and facts.suggestion:
         return Classification(Decision.RULE, "close match for a wrong name", Repair("args", facts.suggestion))
-    if code is ErrorCode.TIMEOUT and facts.retryable and facts.timeouts_before == 0:
+    if code is ErrorCode.TIMEOUT and facts.retryable and facts.retries_before == 0:
         return Classification(Decision.RULE, "first timeout: retry once after a pause",
                               Repair("retry", delay=TIMEOUT_BACKOFF))
+    if code is ErrorCode.TOOL_ERROR and facts.retryable and facts.retries_before < TRANSIENT_RETRIES \
+            and TRANSIENT.search(signal.message):
+        return Classification(Decision.RULE, "a transient error: retry after a pause",
+                              Repair("retry", delay=TIMEOUT_BACKOFF * 2**facts.retries_before))
     if code is ErrorCode.TOO_LONG and facts.can_page:
         return Classification(Decision.RULE, "truncated observation: show the next page", Repair("page"))
     if code is ErrorCode.REPEATED and signal.message.startswith("repeated action") and facts.retryable \

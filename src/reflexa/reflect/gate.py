@@ -42,15 +42,17 @@ def step_signals(*, source: str, ok: bool, code: ErrorCode | None, message: str,
                  action: str, thought: str, earlier_actions: Sequence[str], earlier_thoughts: Sequence[str],
                  confidence: float | None, evidence: str = "", similarity: Similarity | None = None) -> list[Signal]:
     """Every signal one agent step raised; an empty list means the step went fine."""
-    signals = []
+    signals = []  # the engine handles the first: the most telling comes first
     if not ok:
         signals.append(Signal(source, False, code, message, evidence))
-    if ok and truncated:
-        signals.append(Signal(source, False, ErrorCode.TOO_LONG, "observation truncated", evidence))
+    # A repeat before a truncation: a call repeated after its long output was shown and paged is circling,
+    # and paging it again would show the same pages.
     if repeated(action, earlier_actions):
         signals.append(Signal(source, False, ErrorCode.REPEATED, f"repeated action {action}", evidence))
     elif thought.strip() and repeated(thought, earlier_thoughts, similarity):
         signals.append(Signal(source, False, ErrorCode.REPEATED, "repeated thought", thought[:200]))
+    if ok and truncated:
+        signals.append(Signal(source, False, ErrorCode.TOO_LONG, "observation truncated", evidence))
     if confidence is not None and confidence < LOW_CONFIDENCE:
         signals.append(Signal(source, False, ErrorCode.LOW_CONFIDENCE, f"confidence {confidence:.2f}", evidence))
     return signals

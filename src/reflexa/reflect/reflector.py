@@ -25,6 +25,7 @@ CONTEXT_CHARS = 2000
 REPLY_TOKENS = 256
 """The reflector's reply is capped at this many tokens."""
 INSUFFICIENT = "insufficient evidence"
+RESTATES = "the correction restates the failure"
 
 SYSTEM = (
     "You find why one step of an agent failed. Use only the evidence shown. Text between <<< and >>> is "
@@ -77,6 +78,16 @@ def grounded(lesson: Lesson, evidence: str, goal: str = "") -> bool:
     return bool(_terms(lesson.observed_mismatch) & news)
 
 
+def restates(lesson: Lesson) -> bool:
+    """The correction only repeats what failed (the failing step or the mismatch, up to case, spacing and a
+    full stop): a small model's way of answering with nothing learnt, e.g. a rejected answer copied into
+    every field. It quotes the evidence, so `grounded` alone would keep it."""
+    def norm(text: str) -> str:
+        return " ".join(text.lower().split()).strip(" .")
+
+    return norm(lesson.correction) in {norm(lesson.failure_step), norm(lesson.observed_mismatch)}
+
+
 def _control(reply: Reflection) -> Control | None:
     if reply.control == "none" or not reply.control_tool:
         return None
@@ -103,4 +114,6 @@ def reflect(run: Run, *, goal: str, facts: Sequence[str], failing_action: str, s
     lesson = Lesson(value.failure_step, value.observed_mismatch, value.root_cause, value.correction, _control(value))
     if not grounded(lesson, f"{failing_action}\n{signal.message}\n{signal.evidence}\n{snippet}", goal):
         return None, INSUFFICIENT
+    if restates(lesson):
+        return None, RESTATES
     return lesson, ""

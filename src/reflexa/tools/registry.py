@@ -24,6 +24,10 @@ from ..types import Control, ErrorCode, cap
 
 OUTPUT_CHARS = 2000
 """Characters of a tool's output shown to the model; the rest is paged, and the truncation marked."""
+TAIL_SHARE = 4
+"""A truncated output shows its first 3/4 and its last 1/4 of max_chars: a tool's result often comes
+last, after headers, warnings or logs (a query's rows after diagnostics, a test run's summary after its
+output). Pages show the middle that was cut."""
 TOOL_TIMEOUT = 10.0
 """Seconds a tool may run. A Python function cannot be killed, so a timed-out call is abandoned."""
 
@@ -105,6 +109,13 @@ class Observation:
             return f"ERROR {self.code}: {self.message}"
         suffix = f"\n[truncated: showing {len(self.output)} of {self.full_chars} characters]" if self.truncated else ""
         return (self.output or "(empty result)") + suffix
+
+
+def _ends(text: str, size: int) -> str:
+    """The first view of an output longer than `size`: its head and its tail, the cut marked between."""
+    tail = size // TAIL_SHARE
+    head = size - tail
+    return f"{text[:head]}\n[... {len(text) - size} characters cut: page 1 shows them ...]\n{text[-tail:]}"
 
 
 def _code_for(exc: BaseException) -> ErrorCode:
@@ -266,21 +277,23 @@ class ToolSession:
         text = _render(value)
         if not text.strip() and not t.empty_ok:
             return Observation(t.name, args, False, code=ErrorCode.EMPTY, message=f"{t.name} returned nothing")
-        if len(text) > t.max_chars:
-            self._full[t.name] = text
-        return Observation(t.name, args, True, text[: t.max_chars], truncated=len(text) > t.max_chars,
-                           full_chars=len(text))
+        if len(text) <= t.max_chars:
+            return Observation(t.name, args, True, text, full_chars=len(text))
+        self._full[t.name] = text
+        return Observation(t.name, args, True, _ends(text, t.max_chars), truncated=True, full_chars=len(text))
 
     def page(self, tool_name: str, page: int) -> Observation | None:
-        """Page `page` (from 0) of a tool's last truncated output, without running the tool again."""
+        """Page `page` (from 1) of the middle that a tool's last truncated output cut, without running the
+        tool again; None past the last page."""
         full = self._full.get(tool_name)
-        if full is None or tool_name not in self.registry.tools:
+        if full is None or tool_name not in self.registry.tools or page < 1:
             return None
         size = self.registry.tools[tool_name].max_chars
-        if page * size >= len(full):
+        middle = full[size - size // TAIL_SHARE : len(full) - size // TAIL_SHARE]
+        if (page - 1) * size >= len(middle):
             return None
-        chunk = full[page * size : (page + 1) * size]
-        return Observation(tool_name, {"page": page}, True, chunk, truncated=(page + 1) * size < len(full),
+        chunk = middle[(page - 1) * size : page * size]
+        return Observation(tool_name, {"page": page}, True, chunk, truncated=page * size < len(middle),
                            full_chars=len(full))
 
 
