@@ -188,11 +188,19 @@ def test_sql_names_what_exists_when_nothing_is_close(shop):
 
 def test_sql_text_filter_that_matches_nothing_names_the_closest_values(shop):
     session = ToolSession(ToolRegistry(sql_tools(shop)))
-    misspelt = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisboa'"})
-    note = "note: no row has city = 'Lisboa'; closest stored values: 'Lisbon'"
-    assert misspelt.ok and misspelt.output.splitlines() == ["count(*)", "0", note]
+    loose = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Kyo'"})
+    note = "note: no row has city = 'Kyo'; closest stored values: 'Kyoto', 'Lyon'"
+    assert loose.ok and loose.output.splitlines() == ["count(*)", "0", note]  # too loose to repair: a note
     right = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisbon'"})
     assert "note" not in right.output
+
+
+def test_sql_misspelt_filter_value_is_offered_its_repair(shop):
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    misspelt = session.call("query", {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisboa' AND id > 0"})
+    assert misspelt.code is ErrorCode.NOT_FOUND and "did you mean 'Lisbon'?" in misspelt.message
+    assert "count(*) / 0" in misspelt.message  # what the query gave is still said
+    assert misspelt.suggestion == {"sql": "SELECT count(*) FROM customers WHERE city = 'Lisbon' AND id > 0"}
 
 
 def test_sql_missing_database_is_a_config_error(tmp_path):

@@ -74,7 +74,7 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         reason = "the target does not exist" if code is ErrorCode.NOT_FOUND else "the tool says retrying cannot help"
         return Classification(Decision.UNRECOVERABLE, f"{reason}: {signal.message}")
     if code in (ErrorCode.NOT_FOUND, ErrorCode.SCHEMA) and facts.suggestion:
-        return Classification(Decision.RULE, "close match for a wrong name", Repair("args", facts.suggestion))
+        return Classification(Decision.RULE, "close match for a wrong name or value", Repair("args", facts.suggestion))
     if code is ErrorCode.TIMEOUT and facts.retryable and facts.retries_before == 0:
         return Classification(Decision.RULE, "first timeout: retry once after a pause",
                               Repair("retry", delay=TIMEOUT_BACKOFF))

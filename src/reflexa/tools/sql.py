@@ -21,7 +21,11 @@ MAX_FILTER_NOTES = 3
 """Text filters checked per query, at most."""
 MAX_DISTINCT = 5000
 """Distinct values read per column when a filter matches nothing: a bound on the cost of the note."""
-"""Rows a query returns at most; the rest is reported as a count."""
+VALUE_REPAIR = 0.8
+"""A filter value that matches nothing is offered its closest stored value as a repair (a NOT_FOUND with the
+fixed query, which the classifier applies by rule) only when they are at least this similar ('Lisboa' and
+'Lisbon': 0.83); a looser match ('Kyo' for 'Kyoto', 'Paris' for 'Parma') is named in a note and left to the
+agent, since a value, unlike a misspelt column, can mean something else."""
 
 
 def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
@@ -88,16 +92,28 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 raise fail(conn, exc, sql) from None
             header = [d[0] for d in cursor.description or []]
             rows = cursor.fetchmany(MAX_ROWS + 1)
-            notes = unmatched_values(conn, sql)
+            unmatched = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
             lines.append(f"... more than {MAX_ROWS} rows")
+        notes = [f"note: no row has {column} = {value!r}"
+                 + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
+                 for column, value, close in unmatched]
+        repairs = {(column, value): close[0] for column, value, close in unmatched
+                   if close and difflib.SequenceMatcher(None, value, close[0]).ratio() >= VALUE_REPAIR}
+        if repairs:
+            fixed = EQUALS_TEXT.sub(lambda m: f"{m[1]} = '{repairs[(m[1], m[2])]}'" if (m[1], m[2]) in repairs
+                                    else m[0], sql)
+            did_you_mean = ", ".join(repr(v) for v in repairs.values())
+            raise ToolError(ErrorCode.NOT_FOUND, f"{'; '.join(n.removeprefix('note: ') for n in notes)} (did you "
+                            f"mean {did_you_mean}?); the query gave: {' / '.join(lines[:3])}",
+                            suggestion={"sql": fixed})
         return "\n".join(lines + notes)
 
-    def unmatched_values(conn: sqlite3.Connection, sql: str) -> list[str]:
-        """A note for each `column = 'text'` filter that no row matches, with the closest stored values: a
-        count of 0 for a misspelt value looks like an answer, and nothing else would tell the agent."""
-        notes = []
+    def unmatched_values(conn: sqlite3.Connection, sql: str) -> list[tuple[str, str, list[str]]]:
+        """Each `column = 'text'` filter that no row matches, with the closest stored values: a count of 0
+        for a misspelt value looks like an answer, and nothing else would tell the agent."""
+        found = []
         for column, value in EQUALS_TEXT.findall(sql)[:MAX_FILTER_NOTES]:
             holders = [t for t in tables(conn) if column in {r[1] for r in conn.execute(f"PRAGMA table_info({t!r})")}]
             # A one-row probe first: the distinct values are read only when the filter matches nothing.
@@ -107,10 +123,8 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             stored = {str(v) for t in holders
                       for (v,) in conn.execute(f'SELECT DISTINCT "{column}" FROM "{t}" LIMIT {MAX_DISTINCT}')}
             if stored and value not in stored:
-                close = difflib.get_close_matches(value, sorted(stored), n=3, cutoff=0.5)
-                hint = f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else ""
-                notes.append(f"note: no row has {column} = {value!r}{hint}")
-        return notes
+                found.append((column, value, difflib.get_close_matches(value, sorted(stored), n=3, cutoff=0.5)))
+        return found
 
     toolset = [list_tables, describe_table, query]
     if write:
