@@ -16,6 +16,7 @@ from ..types import ErrorCode
 from .registry import Tool, ToolError, sqlite_error_code, tool
 
 MAX_ROWS = 200
+"""Rows a query returns at most; the rest is reported as a count."""
 EQUALS_TEXT = re.compile(r"\b(\w+)\s*=\s*'([^']*)'")
 MAX_FILTER_NOTES = 3
 """Text filters checked per query, at most."""
