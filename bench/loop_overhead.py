@@ -10,9 +10,11 @@ the SQLite store on; `import reflexa` <= 150 ms.
 With `--telemetry both` (the default when the `otel` and `metrics` extras are installed) each case also
 runs with OpenTelemetry spans (BatchSpanProcessor into an exporter that drops them: the in-process cost,
 not a network's) and Prometheus metrics on, alternating with the plain run, and prints the difference
-and the time spent inside the telemetry observers (measured in the loop: the steadier figure on a busy
-machine). Target: at most 50 µs more per iteration. The last line says how fast the machine ran Python
-(a busy machine slows the loop more than it slows that probe: it shows load, it does not correct for it).
+of the medians, the median of the paired differences (each run against the one without telemetry right
+before it, which a drifting machine speed moves alike), and the time spent inside the telemetry observers
+(measured in the loop: the steadier figure on a busy machine). Target: at most 50 µs more per iteration.
+The last line says how fast the machine ran Python (a busy machine slows the loop more than it slows that
+probe: it shows load, it does not correct for it).
 """
 
 from __future__ import annotations
@@ -213,7 +215,7 @@ def main() -> None:
     modes = {"off": (False,), "on": (True,), "both": (False, True)}[mode]
     header = {"off": "off", "on": "otel+metrics"}
     print(f"{'case':40s}" + "".join(f"{header['on' if m else 'off'] + ' µs/it':>20s}" for m in modes)
-          + (f"{'difference µs/it':>20s}" if len(modes) == 2 else "")
+          + (f"{'difference µs/it':>20s}{'paired diff.':>16s}" if len(modes) == 2 else "")
           + (f"{'inside observers':>18s}" if True in modes else ""))
     for m in modes:  # warm-up: imports, pydantic adapters, the span processor's thread
         time_refine(20, "memory", True, observed=m)
@@ -227,7 +229,10 @@ def main() -> None:
             medians = [statistics.median(runs[m]) for m in modes]
             line = f"{f'refine, {store} store, explain={explain}':40s}" + "".join(f"{x:20.0f}" for x in medians)
             if len(medians) == 2:
-                line += f"{medians[1] - medians[0]:+20.0f}"
+                # Also the median of paired differences (each on-run against the off-run right before it): a
+                # machine whose speed drifts over the minutes of a case moves both halves of a pair alike.
+                paired = statistics.median(on - off for off, on in zip(runs[False], runs[True], strict=True))
+                line += f"{medians[1] - medians[0]:+20.0f}{paired:+16.0f}"
             if INSIDE:
                 line += f"{statistics.median(INSIDE):18.1f}"
             print(line)
