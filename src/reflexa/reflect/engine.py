@@ -141,7 +141,7 @@ class Engine:
         if self.progress.recurs(fingerprint):
             self.counters.no_progress += 1
             return Outcome("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
-        key = experience_key(signal, goal)
+        key = experience_key(signal, goal) if self.experience is not None else ""  # no library, no key
         if self.experience is not None:
             if (lesson := self.experience.lookup(key)) is not None:
                 self.counters.experience_hits += 1
