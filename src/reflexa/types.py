@@ -147,13 +147,17 @@ def cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+TAIL_SHARE = 4
+"""Text cut to keep both ends keeps its last 1/TAIL_SHARE of the limit: what a tool or a step returns often
+ends with its result (a query's rows after diagnostics, a test run's summary after its log)."""
+
+
 def cap_ends(text: str, limit: int) -> str:
-    """Cut text to `limit` characters keeping its start and its last quarter, marking the cut: what a tool
-    or a step returns often ends with its result (rows after diagnostics, a summary after a log)."""
+    """Cut text to `limit` characters keeping its start and its end (TAIL_SHARE), marking the cut."""
     text = text.strip()
     if len(text) <= limit:
         return text
-    tail = limit // 4
+    tail = limit // TAIL_SHARE
     return text[: limit - tail - 1].rstrip() + "…" + text[-tail:].lstrip()
 
 

@@ -20,14 +20,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..errors import ConfigError
-from ..types import Control, ErrorCode, cap
+from ..types import TAIL_SHARE, Control, ErrorCode, cap
 
 OUTPUT_CHARS = 2000
-"""Characters of a tool's output shown to the model; the rest is paged, and the truncation marked."""
-TAIL_SHARE = 4
-"""A truncated output shows its first 3/4 and its last 1/4 of max_chars: a tool's result often comes
-last, after headers, warnings or logs (a query's rows after diagnostics, a test run's summary after its
-output). Pages show the middle that was cut."""
+"""Characters of a tool's output shown to the model: a longer one shows its first 3/4 and its last 1/4 of
+them (types.TAIL_SHARE), the cut marked, and pages show the middle that was cut."""
 TOOL_TIMEOUT = 10.0
 """Seconds a tool may run. A Python function cannot be killed, so a timed-out call is abandoned."""
 
@@ -111,10 +108,15 @@ class Observation:
         return (self.output or "(empty result)") + suffix
 
 
+def _split(size: int) -> tuple[int, int]:
+    """(head, tail): the characters a truncated output of `size` shows from its start and from its end."""
+    tail = size // TAIL_SHARE
+    return size - tail, tail
+
+
 def _ends(text: str, size: int) -> str:
     """The first view of an output longer than `size`: its head and its tail, the cut marked between."""
-    tail = size // TAIL_SHARE
-    head = size - tail
+    head, tail = _split(size)
     return f"{text[:head]}\n[... {len(text) - size} characters cut: page 1 shows them ...]\n{text[-tail:]}"
 
 
@@ -289,7 +291,8 @@ class ToolSession:
         if full is None or tool_name not in self.registry.tools or page < 1:
             return None
         size = self.registry.tools[tool_name].max_chars
-        middle = full[size - size // TAIL_SHARE : len(full) - size // TAIL_SHARE]
+        head, tail = _split(size)
+        middle = full[head : len(full) - tail]
         if (page - 1) * size >= len(middle):
             return None
         chunk = middle[(page - 1) * size : page * size]

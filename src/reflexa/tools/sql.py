@@ -97,19 +97,18 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
             lines.append(f"... more than {MAX_ROWS} rows")
-        notes = [f"note: no row has {column} = {value!r}"
-                 + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
-                 for column, value, close in unmatched]
+        misses = [f"no row has {column} = {value!r}"
+                  + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
+                  for column, value, close in unmatched]
         repairs = {(column, value): close[0] for column, value, close in unmatched
                    if close and difflib.SequenceMatcher(None, value, close[0]).ratio() >= VALUE_REPAIR}
         if repairs:
             fixed = EQUALS_TEXT.sub(lambda m: f"{m[1]} = '{repairs[(m[1], m[2])]}'" if (m[1], m[2]) in repairs
                                     else m[0], sql)
             did_you_mean = ", ".join(repr(v) for v in repairs.values())
-            raise ToolError(ErrorCode.NOT_FOUND, f"{'; '.join(n.removeprefix('note: ') for n in notes)} (did you "
-                            f"mean {did_you_mean}?); the query gave: {' / '.join(lines[:3])}",
-                            suggestion={"sql": fixed})
-        return "\n".join(lines + notes)
+            raise ToolError(ErrorCode.NOT_FOUND, f"{'; '.join(misses)} (did you mean {did_you_mean}?); the query "
+                            f"gave: {' / '.join(lines[:3])}", suggestion={"sql": fixed})
+        return "\n".join(lines + [f"note: {miss}" for miss in misses])
 
     def unmatched_values(conn: sqlite3.Connection, sql: str) -> list[tuple[str, str, list[str]]]:
         """Each `column = 'text'` filter that no row matches, with the closest stored values: a count of 0
