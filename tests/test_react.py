@@ -307,6 +307,30 @@ def test_a_truncated_call_repeated_after_its_page_is_asked_for_the_answer_not_pa
                          "a repeated read-only call: answer from what is known"]
 
 
+def test_a_transient_error_is_retried_by_rule_and_the_retries_notes_are_no_repeated_thought(monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("reflexa.reflect.classify"), "TIMEOUT_BACKOFF", 0.0)
+    calls = []
+
+    @tool
+    def stock() -> str:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise ToolError(ErrorCode.TOOL_ERROR, "database is busy (lock held by a backup); call again")
+        return "stock=5"
+
+    model = ScriptedModel([act("stock"), final("5")])
+    store = MemoryStore()
+    result = react("How many in stock?", [stock], validator=accept, session=Session(model=model, store=store))
+    # Two retries by rule and no model call for them; the third call's result is a clean step (the two
+    # identical "(rule: retry after a pause)" notes are not a repeated thought) and becomes a fact.
+    assert result.passed and len(calls) == 3 and model.calls == 2
+    assert result.counters["rule_repairs"] == 2 and result.counters["gate_signals"] == 2
+    assert result.counters["reflector_calls"] == 0
+    assert "stock=5" in model.prompts[-1][-1]["content"]
+
+
 class Crash(BaseException):
     """Stands in for the process being killed."""
 
