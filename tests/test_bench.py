@@ -158,3 +158,40 @@ def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path):
     units = [{"run_id": first.run_id}, {"run_id": later.run_id}]
     result = Result(None, None, None, StopReason.ERROR, {}, parent.run_id, details={"subgoals": units})
     assert bench.blocked_uses(store, result) == (1, 1)
+
+
+def test_revision_prompts_script_tells_a_pass_from_a_repeat(tmp_path):
+    wrong = "def has_close_elements(numbers, threshold):\n    return False"
+    right = ("def has_close_elements(numbers, threshold):\n"
+             "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    replies = tmp_path / "r.json"
+    # The first attempt, then one revision per variant: diag fixes it, cur repeats it.
+    replies.write_text(json.dumps([f"```python\n{wrong}\n```", f"It always says False.\n```python\n{right}\n```",
+                                   f"```python\n{wrong}\n```"]))
+    out = run("bench/revision_prompts.py", "HumanEval/0", "--variants", "diag,cur", "--model", f"scripted:{replies}")
+    line = json.loads(out.split(" ", 1)[1])
+    assert line["diag"][0] == "PASS" and line["cur"][0] == "same" and line["diag_said"] == "It always says False."
+
+
+def test_reflector_prompts_script_counts_kept_lessons(tmp_path):
+    from reflexa import Session, SQLiteStore, refine
+    from reflexa.models import ScriptedModel
+    from reflexa.types import ErrorCode, Signal
+
+    class Fails:
+        name, subjective = "check", False
+
+        def run(self, candidate, context):
+            return Signal("check", False, ErrorCode.TEST_FAILED, "assert f() == 2 failed: got 3")
+
+    db = tmp_path / "t.db"
+    lesson = {"failure_step": "f", "observed_mismatch": "got 3", "root_cause": "off by one", "correction": "return 2"}
+    refine("write f", [Fails()], session=Session(model=ScriptedModel(["```\nx\n```", lesson, "```\ny\n```"]),
+                                                store=SQLiteStore(db)), max_attempts=2)
+    vacuous = {**lesson, "observed_mismatch": "insufficient evidence"}
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([lesson, vacuous]))
+    out = run("bench/reflector_prompts.py", "--db", str(db), "--model", f"scripted:{replies}")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows[0]["landed"][0] == "kept" and rows[0]["nohatch"][0] == "discarded"
+    assert rows[-1] == {"prompts": 1, "kept": {"landed": 1, "nohatch": 0}}
