@@ -30,9 +30,15 @@ from reflexa.loops.refine_prompts import REVISE, fresh, split_reply
 
 DIAGNOSE = ("First say in one sentence what in the code causes this failure. "
             "Then write the corrected, complete function in one fenced code block.")
+ASKS = {"cur": REVISE, "diag": DIAGNOSE,
+        "user": "Find the mistake and write a corrected, complete answer in one fenced code block.",
+        "userdiag": DIAGNOSE}
+"""What each variant asks for last; cur and diag go on with the conversation, user and userdiag restate it."""
 
 
 def feedback_of(signal) -> str:
+    """The check's feedback as refine words it (its verdict line, then the output), without refine's cap on
+    the output's length and without repeating an output the message already holds."""
     text = f"[{signal.source}] {signal.code}: {signal.message}"
     if signal.evidence and signal.evidence not in signal.message:
         text += f"\nOutput:\n<<<\n{signal.evidence}\n>>>"
@@ -40,16 +46,14 @@ def feedback_of(signal) -> str:
 
 
 def prompt(variant: str, task: str, code: str, feedback: str) -> list[dict]:
-    ask = DIAGNOSE if variant.endswith("diag") else REVISE
+    if variant not in ASKS:
+        raise SystemExit(f"unknown variant {variant!r}")
+    ask = ASKS[variant]
     if variant in ("cur", "diag"):
         return [*fresh(task, []), {"role": "assistant", "content": f"```\n{code}\n```"},
                 {"role": "user", "content": f"Checking it failed:\n{feedback}\n\n{ask}"}]
-    if variant in ("user", "userdiag"):
-        ask = "Find the mistake and write a corrected, complete answer in one fenced code block." \
-            if variant == "user" else ask
-        return [{"role": "user", "content": f"{task}\n\nThis answer is wrong:\n```\n{code}\n```\n"
-                                            f"Checking it failed:\n{feedback}\n\n{ask}"}]
-    raise SystemExit(f"unknown variant {variant!r}")
+    return [{"role": "user", "content": f"{task}\n\nThis answer is wrong:\n```\n{code}\n```\n"
+                                        f"Checking it failed:\n{feedback}\n\n{ask}"}]
 
 
 def main() -> None:
