@@ -71,6 +71,7 @@ class Timed:
     def __init__(self, inner):
         self.inner, self.seconds = inner, 0.0
         self.tokens = getattr(inner, "tokens", True)  # telemetry reads no tokens: the calls do not stream
+        self.reads = getattr(inner, "reads", None)  # nor "call" and "status" events: the run does not send them
 
     def __call__(self, event, data):
         started = time.perf_counter()

@@ -483,3 +483,20 @@ def test_a_fan_out_passes_an_observer_only_the_events_it_reads():
     refine_run(observers(StepsOnly(), lambda event, data: everything.append(event)))
     assert set(seen) == {"step"}
     assert {"run", "call", "step", "finish"} <= set(everything)
+
+
+def test_a_run_sends_no_event_that_no_observer_reads():
+    sent = []
+
+    class Reads:
+        def __init__(self, *events):
+            self.reads = frozenset(events)
+
+        def __call__(self, event, data):
+            sent.append(event)
+
+    fan = observers(Reads("run", "step"), Reads("finish"))
+    assert fan.reads == {"run", "step", "finish"}
+    refine_run(fan)
+    assert set(sent) == {"run", "step", "finish"}  # no "call" and no "status" were made for nobody
+    assert observers(Reads("step"), lambda event, data: None).reads is None  # one that reads all: all are sent

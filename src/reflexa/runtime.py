@@ -27,7 +27,7 @@ a model call, ("token", text) while a reply streams where the backend can, ("sta
 or tool runs, ("step", Step) after each step is stored, and ("finish", Result) when the run is closed.
 An observer ignores events it does not know. One whose `tokens` attribute is False gets no token events,
 and a call made for it alone does not stream (telemetry has no use for them). One with a `reads` set of
-event names gets only those when it sits in `reflexa.observe.observers(...)`."""
+event names gets only those (a run does not even send the others to it)."""
 
 LENGTH_REASK_GROWTH = 2
 """A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
@@ -98,6 +98,10 @@ class Run:
         self.meter = Meter(budget, clock)
         self.store: Store = store if store is not None else MemoryStore()
         self.observer = observer
+        reads = getattr(observer, "reads", None)
+        # Events nobody reads are not sent: a run traced and not watched reads no "call" or "status".
+        self._tell_calls = observer is not None and (reads is None or "call" in reads)
+        self._tell_status = observer is not None and (reads is None or "status" in reads)
         self.budget_stop: StopReason | None = None
         self.resumed_steps: list[Step] = []
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -146,8 +150,8 @@ class Run:
 
     def status(self, text: str) -> None:
         """Tell the observer what is running now (a check, a tool), for a live view."""
-        if self.observer:
-            self.observer("status", text)
+        if self._tell_status:
+            self.observer("status", text)  # type: ignore[misc]  # _tell_status: there is one
 
     def call(self, role: Role, messages: list[Message], *, schema: Schema | None = None,
              max_tokens: int = 512, temperature: float = 0.0, reask: bool = True) -> Completion | None:
@@ -159,8 +163,8 @@ class Run:
             if (stop := self.meter.check()) is not None:
                 self.budget_stop = stop
                 return None
-            if self.observer:
-                self.observer("call", role)
+            if self._tell_calls:
+                self.observer("call", role)  # type: ignore[misc]  # _tell_calls: there is one
             started = time.time()
             observer = self.observer
             on_token = None

@@ -40,12 +40,15 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 class _FanOut:
     """Several observers as one, called in order."""
 
-    __slots__ = ("observers", "tokens", "_routes")
+    __slots__ = ("observers", "tokens", "reads", "_routes")
 
     def __init__(self, observers: tuple[Observer, ...]) -> None:
         self.observers = observers
         self.tokens = any(getattr(o, "tokens", True) for o in observers)
         """Whether any of them reads ("token", text) events (see runtime.Observer)."""
+        reads: list[frozenset[str] | None] = [getattr(o, "reads", None) for o in observers]
+        self.reads = None if None in reads else frozenset[str]().union(*(r for r in reads if r is not None))
+        """The events any of them reads; None when one of them reads all."""
         self._routes: dict[str, tuple[Observer, ...]] = {}
         """Event name -> the observers that read it (its `reads`, when an observer has one): telemetry
         reads no "call" or "status" events, and on the loop's hot path a call that is ignored still costs."""

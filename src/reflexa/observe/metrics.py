@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -47,10 +48,12 @@ STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 """Seconds: a step can be a millisecond of bookkeeping or minutes of a local model writing code."""
 RUN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
+MODEL_CALLS = "reflexa_model_call_duration_seconds"
+
 # name, help, labels, buckets (None: a counter)
 _FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[float, ...] | None], ...] = (
     ("reflexa_step_duration_seconds", "Duration of each step that takes time.", ("loop", "kind"), STEP_BUCKETS),
-    ("reflexa_model_call_duration_seconds", "Model-call latency.", ("loop", "role", "model"), STEP_BUCKETS),
+    (MODEL_CALLS, "Model-call latency.", ("loop", "role", "model"), STEP_BUCKETS),
     ("reflexa_model_tokens", "Model tokens spent.", ("loop", "role", "model", "type"), None),
     ("reflexa_run_duration_seconds", "Duration of whole runs.", ("loop",), RUN_BUCKETS),
     ("reflexa_runs", "Runs by how they ended.", ("loop", "stop_reason"), None),
@@ -62,19 +65,21 @@ _FAMILIES: tuple[tuple[str, str, tuple[str, ...], tuple[float, ...] | None], ...
 
 
 class _Series(Collector):
-    """Every reflexa series of one registry, as plain numbers: a histogram is [count per bucket..., sum]."""
+    """Every reflexa series of one registry, as plain numbers: a histogram is [count per bucket..., sum], a
+    model call's [count per bucket..., sum, input tokens, output tokens] (the tokens counter is read from it,
+    so a call costs one lookup on the loop's hot path)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.values: dict[str, dict[tuple[str, ...], Any]] = {name: {} for name, *_ in _FAMILIES}
 
-    def observe(self, name: str, labels: tuple[str, ...], seconds: float, buckets: tuple[float, ...]) -> None:
-        """Add one observation to a histogram; the caller holds `lock`."""
+    def histogram(self, name: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> list[Any]:
+        """The numbers of one histogram series, made on first use; the caller holds `lock`."""
         series = self.values[name].get(labels)
         if series is None:
-            series = self.values[name][labels] = [0] * (len(buckets) + 1) + [0.0]
-        series[bisect.bisect_left(buckets, seconds)] += 1  # the first bucket whose bound is >= seconds
-        series[-1] += seconds
+            extra = [0, 0] if name == MODEL_CALLS else []
+            series = self.values[name][labels] = [0] * (len(buckets) + 1) + [0.0] + extra
+        return series
 
     def add(self, name: str, labels: tuple[str, ...], amount: float) -> None:
         """Add to a counter; the caller holds `lock`."""
@@ -86,6 +91,10 @@ class _Series(Collector):
             snapshot: dict[str, dict[tuple[str, ...], Any]] = {
                 name: {k: (list(v) if isinstance(v, list) else v) for k, v in values.items()}
                 for name, values in self.values.items()}
+        tokens = snapshot["reflexa_model_tokens"]
+        for labels, series in snapshot[MODEL_CALLS].items():
+            tokens[(*labels, "input")], tokens[(*labels, "output")] = series[-2:]
+            del series[-2:]
         for name, help_text, label_names, buckets in _FAMILIES:
             family: Metric
             if buckets is None:
@@ -116,6 +125,23 @@ def _series(registry: CollectorRegistry) -> _Series:
     return found
 
 
+@dataclass(slots=True)
+class _Run:
+    """A run being counted: its labels, and its series, each found once per run rather than once per step."""
+
+    loop: str
+    since: float
+    model: str
+    series: dict[tuple[str, str | None], list[Any]] = field(default_factory=dict)
+    """(step kind, role) -> the numbers of its histogram series."""
+
+
+def _observe(series: list[Any], buckets: tuple[float, ...], seconds: float) -> None:
+    """One observation into a histogram's numbers; the caller holds the lock."""
+    series[bisect.bisect_left(buckets, seconds)] += 1  # the first bucket whose bound is >= seconds
+    series[len(buckets) + 1] += seconds  # the sum, after the +Inf bucket
+
+
 class Metrics:
     """An observer that counts runs into Prometheus series (see the module docstring for the list).
     Telemetry never breaks a run: an error in here is logged."""
@@ -129,14 +155,14 @@ class Metrics:
         """`registry` None is prometheus_client's default registry."""
         self.registry = registry if registry is not None else REGISTRY
         self._series = _series(self.registry)
-        self._runs: dict[str, tuple[str, float, str]] = {}  # run id -> (loop, wall-clock start, model)
+        self._runs: dict[str, _Run] = {}
 
     def __call__(self, event: str, data: Any) -> None:
         try:
             if event == "step":
                 self._step(data)
             elif event == "run":
-                self._runs[data.run_id] = (data.loop, data.started_at, data.model)
+                self._runs[data.run_id] = _Run(data.loop, data.started_at, data.model)
             elif event == "finish":
                 self._finish(data)
         except Exception:  # noqa: BLE001 - a telemetry fault must never end a run
@@ -149,25 +175,30 @@ class Metrics:
         run = self._runs.get(step.run_id)
         if run is None:
             return
-        series = self._series
-        with series.lock:
+        key = (step.kind, step.role)
+        with self._series.lock:
+            series = run.series.get(key)
+            if series is None:
+                series = run.series[key] = self._open(run, *key)
+            _observe(series, STEP_BUCKETS, seconds)
             if step.kind == "model_call":
-                call = (run[0], step.role or "", run[2])
-                series.observe("reflexa_model_call_duration_seconds", call, seconds, STEP_BUCKETS)
-                series.add("reflexa_model_tokens", (*call, "input"), step.usage.input_tokens)
-                series.add("reflexa_model_tokens", (*call, "output"), step.usage.output_tokens)
-            else:
-                series.observe("reflexa_step_duration_seconds", (run[0], step.kind), seconds, STEP_BUCKETS)
+                series[-2] += step.usage.input_tokens
+                series[-1] += step.usage.output_tokens
+
+    def _open(self, run: _Run, kind: str, role: str | None) -> list[Any]:
+        if kind == "model_call":
+            return self._series.histogram(MODEL_CALLS, (run.loop, role or "", run.model), STEP_BUCKETS)
+        return self._series.histogram("reflexa_step_duration_seconds", (run.loop, kind), STEP_BUCKETS)
 
     def _finish(self, result: Result, ended_at: float | None = None) -> None:
         started = self._runs.pop(result.run_id, None)
         if started is None:
             return
-        loop, since, _ = started
+        loop = started.loop
         series = self._series
         with series.lock:
-            seconds = max(0.0, (ended_at if ended_at is not None else time.time()) - since)
-            series.observe("reflexa_run_duration_seconds", (loop,), seconds, RUN_BUCKETS)
+            seconds = max(0.0, (ended_at if ended_at is not None else time.time()) - started.since)
+            _observe(series.histogram("reflexa_run_duration_seconds", (loop,), RUN_BUCKETS), RUN_BUCKETS, seconds)
             series.add("reflexa_runs", (loop, str(result.stop_reason)), 1)
         if result.stop_reason is StopReason.INTERRUPTED:
             return  # its resume reports the whole run's engine counts
