@@ -1,7 +1,7 @@
 """Per-iteration overhead of `refine` with a zero-latency scripted model, and the cost of `import reflexa`.
 
     .venv/bin/python bench/loop_overhead.py [--iterations 2000] [--repeats 5] [--telemetry off|on|both]
-                                            [--clock wall|cpu] [--writer direct|tracer]
+                                            [--clock wall|cpu] [--writer direct|tracer] [--processor batch|drop]
 
 Side by side on the same machine: the bare-Python reference loop from FACTS.md (one SQLite commit per
 step under synchronous=FULL), so the figures can be read as ratios. Targets: <= 350 µs per iteration with
@@ -59,6 +59,9 @@ class NeverPasses:
 _TELEMETRY = None
 INSIDE: list[float] = []
 """µs per iteration spent inside the telemetry observers, one entry per observed run."""
+PROCESSOR = "batch"
+"""`batch`: spans queued for export in batches, as `REFLEXA_OTEL=1` sets up; `drop`: each span dropped as it
+ends, which shows what keeping spans for the export batch costs the loop."""
 WRITER = "direct"
 """`direct`: spans straight to reflexa's own BatchSpanProcessor, as `REFLEXA_OTEL=1` sets up; `tracer`:
 through an SDK TracerProvider's tracer, as with an application's own provider."""
@@ -105,11 +108,14 @@ def telemetry():
             def export(self, spans):
                 return SpanExportResult.SUCCESS
 
+        from opentelemetry.sdk.trace import SpanProcessor
+
+        processor = BatchSpanProcessor(Dropped()) if PROCESSOR == "batch" else SpanProcessor()
         if WRITER == "direct":
-            tracing = Tracing(processor=BatchSpanProcessor(Dropped()), content=False)
+            tracing = Tracing(processor=processor, content=False)
         else:
             provider = TracerProvider()
-            provider.add_span_processor(BatchSpanProcessor(Dropped()))
+            provider.add_span_processor(processor)
             tracing = Tracing(provider, content=False)
         _TELEMETRY = Timed(observers(tracing, Metrics(CollectorRegistry())))
     return _TELEMETRY
@@ -208,10 +214,12 @@ def main() -> None:
     parser.add_argument("--writer", choices=("direct", "tracer"), default="direct",
                         help="spans straight to reflexa's own processor (REFLEXA_OTEL=1), or through a "
                         "TracerProvider's tracer (an application's own provider)")
+    parser.add_argument("--processor", choices=("batch", "drop"), default="batch",
+                        help="spans queued for export in batches (REFLEXA_OTEL=1), or each dropped as it ends")
     args = parser.parse_args()
-    global CLOCK, WRITER
+    global CLOCK, WRITER, PROCESSOR
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    WRITER = args.writer
+    WRITER, PROCESSOR = args.writer, args.processor
     mode = args.telemetry or ("both" if telemetry_installed() else "off")
     modes = {"off": (False,), "on": (True,), "both": (False, True)}[mode]
     header = {"off": "off", "on": "otel+metrics"}
