@@ -284,6 +284,33 @@ def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
     assert sizes[-1] - sizes[2] < 200  # the failure message's growth, not every candidate and feedback so far
 
 
+def test_a_checkpoint_stays_bounded_when_every_attempt_is_reflected_on():
+    from reflexa.reflect.progress import REMEMBERED
+
+    words = ["".join(chr(97 + (i // 26**k) % 26) for k in range(4)) for i in range(REMEMBERED + 30)]
+
+    class Fresh:  # a new failure each time (letters: fingerprints fold digits), each reflected on
+        name, subjective = "fresh", False
+
+        def __init__(self):
+            self.n = 0
+
+        def run(self, candidate, context):
+            self.n += 1
+            return Signal("fresh", False, ErrorCode.TEST_FAILED, f"miss {words[self.n - 1]}", score=0.5)
+
+    replies = []
+    for word in words:
+        replies += [f"```\nattempt {word}\n```", {"failure_step": "attempt", "observed_mismatch": f"miss {word}",
+                                                  "root_cause": f"wrong {word}", "correction": f"try {word}"}]
+    store = MemoryStore()
+    result = refine("task", [Fresh()], budget=Budget(max_reflections=len(words)), max_attempts=len(words),
+                    session=Session(model=ScriptedModel(replies), store=store))
+    reflected = [s.output["engine"]["reflected"] for s in store.steps(result.run_id) if s.kind == "checkpoint"]
+    assert result.counters["reflector_calls"] > REMEMBERED
+    assert max(len(r) for r in reflected) == REMEMBERED  # the newest only, not one more per reflection
+
+
 def test_a_fresh_attempt_shows_only_the_newest_lessons():
     from reflexa.loops.refine import MAX_LESSONS
 

@@ -176,13 +176,13 @@ class Engine:
     def snapshot(self) -> dict[str, Any]:
         """What a resumed run needs to carry on: counters (the quota among them), the error_handled marks."""
         last = self.progress.last_fingerprints
-        return {"counters": self.counters.to_dict(), "reflected": sorted(self.progress.reflected),
+        return {"counters": self.counters.to_dict(), "reflected": list(self.progress.reflected),
                 "error_since": self._error_since, "pending": sorted(self._pending),
                 "last_fingerprints": sorted(last) if last is not None else None}
 
     def restore(self, data: dict[str, Any]) -> None:
         self.counters = Counters(**data["counters"])
-        self.progress.reflected = set(data["reflected"])
+        self.progress.reflected = dict.fromkeys(data["reflected"])
         self._error_since = data["error_since"]
         self._pending = set(data["pending"])
         last = data.get("last_fingerprints")

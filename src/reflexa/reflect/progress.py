@@ -12,16 +12,25 @@ def same(a: str, b: str) -> bool:
     return a.split() == b.split()
 
 
+REMEMBERED = 64
+"""Fingerprints reflected on that a run remembers (the newest): they go into every checkpoint, so a run
+with a large reflection budget keeps its per-step cost flat instead of growing with every new failure."""
+
+
 class Progress:
     """Remembers what was reflected on, so the same failure twice after a reflection stops the run."""
 
     def __init__(self) -> None:
-        self.reflected: set[str] = set()
-        """Fingerprints already reflected on (the `error_handled` marks): never reflected on twice."""
+        self.reflected: dict[str, None] = {}
+        """Fingerprints already reflected on (the `error_handled` marks), oldest first, at most REMEMBERED:
+        never reflected on twice while remembered."""
         self.last_fingerprints: frozenset[str] | None = None
 
     def note_reflection(self, fingerprint: str) -> None:
-        self.reflected.add(fingerprint)
+        self.reflected.pop(fingerprint, None)
+        self.reflected[fingerprint] = None
+        if len(self.reflected) > REMEMBERED:
+            del self.reflected[next(iter(self.reflected))]
 
     def recurs(self, fingerprint: str) -> bool:
         """The same error came back after a reflection on it."""
