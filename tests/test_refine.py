@@ -41,6 +41,20 @@ LESSON = {
 }
 
 
+class NewFailures:
+    """Fails every candidate with a message of its own (`message(n)` for the n-th check), so no two
+    failures look alike and the run goes on to max_attempts."""
+
+    subjective = False
+
+    def __init__(self, name: str, message, score: float) -> None:
+        self.name, self.message, self.score, self.n = name, message, score, 0
+
+    def run(self, candidate, context):
+        self.n += 1
+        return Signal(self.name, False, ErrorCode.TEST_FAILED, self.message(self.n), score=self.score)
+
+
 def test_pass_on_first_attempt_makes_exactly_one_generator_call():
     model = ScriptedModel([answer("good")])
     result = refine("answer", [Expect("good")], session=Session(model=model))
@@ -265,19 +279,10 @@ def test_resample_after_every_failed_revision():
 
 
 def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
-    class Fresh:  # fails every candidate with a new message, so the run goes on to max_attempts
-        name, subjective = "fresh", False
-
-        def __init__(self):
-            self.n = 0
-
-        def run(self, candidate, context):
-            self.n += 1
-            return Signal("fresh", False, ErrorCode.TEST_FAILED, "miss " + "x" * self.n, score=0.5)
-
     store = MemoryStore()
     replies = [f"```\nattempt {i} {'y' * 40}\n```" for i in range(40)]
-    result = refine("task", [Fresh()], explain=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
+    fresh = NewFailures("fresh", lambda n: "miss " + "x" * n, score=0.5)
+    result = refine("task", [fresh], explain=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
                                                                                       store=store))
     sizes = [len(json.dumps(s.output)) for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.iterations == 40 and len(sizes) == 39
@@ -289,22 +294,14 @@ def test_a_checkpoint_stays_bounded_when_every_attempt_is_reflected_on():
 
     words = ["".join(chr(97 + (i // 26**k) % 26) for k in range(4)) for i in range(REMEMBERED + 30)]
 
-    class Fresh:  # a new failure each time (letters: fingerprints fold digits), each reflected on
-        name, subjective = "fresh", False
-
-        def __init__(self):
-            self.n = 0
-
-        def run(self, candidate, context):
-            self.n += 1
-            return Signal("fresh", False, ErrorCode.TEST_FAILED, f"miss {words[self.n - 1]}", score=0.5)
-
+    # A new failure each time, in letters (fingerprints fold digits), each reflected on.
+    fresh = NewFailures("fresh", lambda n: f"miss {words[n - 1]}", score=0.5)
     replies = []
     for word in words:
         replies += [f"```\nattempt {word}\n```", {"failure_step": "attempt", "observed_mismatch": f"miss {word}",
                                                   "root_cause": f"wrong {word}", "correction": f"try {word}"}]
     store = MemoryStore()
-    result = refine("task", [Fresh()], budget=Budget(max_reflections=len(words)), max_attempts=len(words),
+    result = refine("task", [fresh], budget=Budget(max_reflections=len(words)), max_attempts=len(words),
                     session=Session(model=ScriptedModel(replies), store=store))
     reflected = [s.output["engine"]["reflected"] for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.counters["reflector_calls"] > REMEMBERED
@@ -314,18 +311,9 @@ def test_a_checkpoint_stays_bounded_when_every_attempt_is_reflected_on():
 def test_a_fresh_attempt_shows_only_the_newest_lessons():
     from reflexa.loops.refine import MAX_LESSONS
 
-    class Failing:  # FAIL (score 0) with a new message each time: every attempt adds a lesson
-        name, subjective = "failing", False
-
-        def __init__(self):
-            self.n = 0
-
-        def run(self, candidate, context):
-            self.n += 1
-            return Signal("failing", False, ErrorCode.TEST_FAILED, f"miss {'z' * self.n}", score=0.0)
-
+    failing = NewFailures("failing", lambda n: f"miss {'z' * n}", score=0.0)  # FAIL: every attempt adds a lesson
     model = ScriptedModel([f"```\nattempt {'y' * i}\n```" for i in range(12)])
-    result = refine("task", [Failing()], explain=False, max_attempts=12, session=Session(model=model))
+    result = refine("task", [failing], explain=False, max_attempts=12, session=Session(model=model))
     last = model.prompts[-1][-1]["content"]
     assert result.iterations == 12 and last.count("- At attempt") == MAX_LESSONS
     assert f"miss {'z' * 11}\n" in last and f"miss {'z' * 6}\n" not in last  # the newest five: 7 to 11
