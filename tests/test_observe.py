@@ -406,6 +406,20 @@ def test_interrupted_runs_add_no_engine_counts():
     assert ("reflexa_reflections_total", (("loop", "refine"),)) not in v
 
 
+def test_each_new_registry_gets_its_own_series():
+    """A registry freed and a new one made at the same address: the new one still counts (an id-keyed
+    cache handed it the dead registry's series, and this failed in CI)."""
+    from reflexa.runtime import RunStarted
+    from reflexa.types import Result
+
+    for _ in range(20):
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
+        metrics("run", RunStarted("r1", "refine", "t", "scripted", 0.0))
+        metrics("finish", Result(None, None, None, StopReason.PASSED, {}, "r1"))
+        assert registry.get_sample_value("reflexa_runs_total", {"loop": "refine", "stop_reason": "PASSED"}) == 1
+
+
 def test_push_to_a_gateway(receiver):
     registry = CollectorRegistry()
     refine_run(Metrics(registry))

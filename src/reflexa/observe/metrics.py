@@ -29,6 +29,7 @@ import bisect
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,14 +114,15 @@ class _Series(Collector):
             yield family
 
 
-_BY_REGISTRY: dict[int, _Series] = {}
-"""One set of series per registry (a registry refuses the same names twice)."""
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, _Series] = weakref.WeakKeyDictionary()
+"""One set of series per registry (a registry refuses the same names twice). Keyed by the registry itself,
+held weakly: an id would be reused by the next registry once this one is freed."""
 
 
 def _series(registry: CollectorRegistry) -> _Series:
-    found = _BY_REGISTRY.get(id(registry))
+    found = _BY_REGISTRY.get(registry)
     if found is None:
-        found = _BY_REGISTRY[id(registry)] = _Series()
+        found = _BY_REGISTRY[registry] = _Series()
         registry.register(found)
     return found
 
