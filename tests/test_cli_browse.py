@@ -119,4 +119,18 @@ def test_version_help_and_experience_json(tmp_path):
 
     assert invoke("--version").output.strip() == f"reflexa {__version__}"
     assert "[n]" in invoke("research", "--help").output and "[n]" in invoke("--help").output
+    assert "reflexa[postgres]" in invoke("runs", "--help").output
+
+
+def test_an_internal_error_prints_its_message_as_typed(monkeypatch, capsys):
+    """The last-resort handler prints a message holding rich markup (a path with brackets) as it is."""
+    import reflexa.cli.app as cli
+
+    def broken() -> None:
+        raise OSError("cannot open [/b]/x")
+
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 1 and "OSError: cannot open [/b]/x" in capsys.readouterr().err
     assert json.loads(invoke("experience", "--json").output) == []

@@ -268,11 +268,12 @@ def test_cli_index_and_research(tmp_path):
 
     from reflexa.cli.app import app
 
-    folder = tmp_path / "docs"
+    folder = tmp_path / "docs[x]"  # brackets in a path print as typed, not as rich markup
     shutil.copytree(DOCS, folder)
     runner = CliRunner()
     indexed = runner.invoke(app, ["index", str(folder)])
     assert indexed.exit_code == 0 and "3 added" in " ".join(indexed.output.split())
+    assert "docs[x]:" in indexed.output.replace("\n", "")
     replies = tmp_path / "r.json"
     replies.write_text(
         json.dumps(

@@ -37,7 +37,7 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
                      show_default=False)]
 TraceOpt = Annotated[str | None, typer.Option("--trace", help="Trace store: a SQLite file, or a postgresql:// URL "
-                     "(pip install 'reflexa[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
+                     "(pip install 'reflexa\\[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
                      "directory.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the whole result as one JSON document at the end "
                     "(a live line still shows on stderr when it is a terminal).")]
@@ -209,7 +209,7 @@ def refine(
         if target is not None and result.best is not None:
             write_out(target, result.best)
             if not (out_mode.json or out_mode.jsonl):
-                console.print(f"best candidate written to {out}")
+                console.print(f"best candidate written to {out}", markup=False, highlight=False)
         _finish_cli(result, out_mode)
 
 
@@ -455,7 +455,8 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
         report = LocalCorpus.for_folder(folder).index(folder)
         skipped = f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""
         console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
-                      f"unchanged, {report.removed} removed; {report.passages} passages{skipped}")
+                      f"unchanged, {report.removed} removed; {report.passages} passages{skipped}", markup=False,
+                      highlight=False)
 
 
 def search_backend(search: str, corpus: Path | None):  # noqa: ANN201
@@ -709,5 +710,6 @@ def main() -> None:
         errors.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - a bug in reflexa: one line, not a traceback; the run is stored as ERROR
-        errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}")
+        errors.print(f"internal error (a bug in reflexa, please report it): {type(exc).__name__}: {exc}",
+                     markup=False, highlight=False)
         sys.exit(1)

@@ -85,7 +85,7 @@ def run(tasks: Path, loop: str, *, store: str, out: Path | None, console: Consol
         console.print(f"batch {state.batch_id}: {state.done} run now, {state.skipped} done before; "
                       f"{state.passed} passed, {state.failed} failed, {state.remaining} unfinished; "
                       f"{report['seconds']} s ({report['tasks_per_second']} tasks/s)", highlight=False)
-        console.print(f"results: {out}  store: {report['store']}", highlight=False)
+        console.print(f"results: {out}  store: {report['store']}", markup=False, highlight=False)
         for line in state.errors[:5]:
             errors.print(f"[red]failed[/red] {escape(line)}", highlight=False)
     if state.remaining:
