@@ -88,6 +88,18 @@ def test_strange_text_does_not_fail_a_write(store):
     assert store.get_run("r1").task in ("task a\ufffdb\x00c", "task a\ufffdb\ufffdc")
 
 
+def test_numbers_json_cannot_hold_are_stored_as_null(store):
+    """An `inf` budget or a NaN score must not fail a write (PostgreSQL refuses them) or leave a row that
+    the store's JSON functions refuse later (SQLite's, behind the viewer's run search)."""
+    inf = float("inf")
+    store.start_run(RunRecord("r1", "refine", "t", started_at=1.0, meta={"budget": {"max_seconds": inf}}))
+    store.add_step(Step("r1", 1, "verdict", None, {"score": float("nan")}, {"text": "NaN and Infinity, as words"}))
+    store.finish_run("r1", "PASSED", 2.0, {"output": "x", "score": -inf})
+    record, (step,) = store.get_run("r1"), store.steps("r1")
+    assert record.meta == {"budget": {"max_seconds": None}} and record.result["score"] is None
+    assert step.input == {"score": None} and step.output == {"text": "NaN and Infinity, as words"}
+
+
 def test_keyed_records(store):
     assert store.get("ns", "k") is None and store.items("ns") == []
     store.put("ns", "b", {"v": 1})

@@ -115,8 +115,13 @@ def _default(value: Any) -> Any:
 
 def to_json(value: Any) -> str:
     """Serialise step payloads: dataclasses, enums and pydantic models included. Lone surrogates,
-    anywhere in keys or values, are replaced (see `storable`): they must not fail a write."""
-    return storable(json.dumps(value, default=_default, ensure_ascii=False))
+    anywhere in keys or values, are replaced (see `storable`): they must not fail a write. A non-finite
+    number (a budget of `inf` seconds, a check's NaN score) is stored as null: JSON has no such value, and
+    Python's `Infinity` would make the store's own JSON functions (SQLite's, PostgreSQL's) refuse the row."""
+    text = json.dumps(value, default=_default, ensure_ascii=False)
+    if "Infinity" in text or "NaN" in text:  # rare; a string holding the word only costs a re-parse
+        text = json.dumps(json.loads(text, parse_constant=lambda _: None), ensure_ascii=False)
+    return storable(text)
 
 
 def matches_run(record: RunRecord, loop: str | None, status: str | None, since: float | None) -> bool:

@@ -124,7 +124,8 @@ class ReadOnlyStore(SQLiteStore):
         order = SORTS.get(sort, SORTS["started"])
         sql = f"""
             SELECT * FROM (
-                SELECT runs.*, COALESCE(json_extract(meta, '$.model'), '') AS model,
+                SELECT runs.*, -- json_valid: a row written before non-finite numbers were stored as null
+                    CASE WHEN json_valid(meta) THEN COALESCE(json_extract(meta, '$.model'), '') ELSE '' END AS model,
                     (SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM steps s
                      WHERE s.run_id = runs.run_id) AS tokens,
                     (SELECT COUNT(*) FROM steps s WHERE s.run_id = runs.run_id) AS steps,
