@@ -184,3 +184,24 @@ def test_out_outside_the_directory_is_refused_for_check(tmp_path, monkeypatch):
         ],
     )
     assert result.exit_code == 2 and "--out must be a path inside" in result.output
+
+
+def test_out_never_replaces_an_input_or_a_file_with_an_answer_that_did_not_pass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tests = tmp_path / "test_solution.py"
+    tests.write_text((EXAMPLE / "test_solution.py").read_text())
+    spec = replies(tmp_path, WRONG, LESSON, WRONG, WRONG)
+    refused = runner.invoke(app, ["refine", "--task", "t", "--tests", "test_solution.py", "--out", "test_solution.py",
+                                  "--model", spec])
+    assert refused.exit_code == 2 and "would overwrite the --tests file" in refused.output
+    assert tests.read_text() == (EXAMPLE / "test_solution.py").read_text()
+
+    (tmp_path / "solution.py").write_text("# mine\n")
+    failed = invoke("refine", "--task", "t", "--tests", "test_solution.py", "--out", "solution.py", "--model", spec)
+    assert failed.exit_code == 3 and "solution.py is kept as it was" in failed.output
+    assert (tmp_path / "solution.py").read_text() == "# mine\n"
+    assert "return n > 1" in (tmp_path / "solution.best.py").read_text()
+
+    passed = invoke("refine", "--task", "t", "--tests", "test_solution.py", "--out", "solution.py",
+                    "--model", replies(tmp_path, RIGHT))
+    assert passed.exit_code == 0 and "def is_prime" in (tmp_path / "solution.py").read_text()

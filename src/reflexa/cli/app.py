@@ -15,7 +15,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
-from .inputs import check_database, check_out, read_task, read_text_file, sql_validator, write_out
+from .inputs import (
+    check_database,
+    check_not_an_input,
+    check_out,
+    read_task,
+    read_text_file,
+    sql_validator,
+    where_best_goes,
+    write_out,
+)
 from .output import Output
 
 if TYPE_CHECKING:
@@ -196,6 +205,9 @@ def refine(
         if out is not None and check is not None and (out.is_absolute() or ".." in out.parts):
             raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
         target = check_out(out, force=force_out) if out is not None else None
+        if target is not None:
+            check_not_an_input(target, tests=tests, task=Path(task))
+        existed = target is not None and target.exists()
         text = read_task(task)
         out_name = str(out) if out else None
         cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
@@ -207,9 +219,12 @@ def refine(
                                                               max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
                                                               explain=explain, meta={"cli": cli}), out_mode)
         if target is not None and result.best is not None:
-            write_out(target, result.best)
+            written = where_best_goes(target, passed=result.passed, existed=existed)
+            write_out(written, result.best)
             if not (out_mode.json or out_mode.jsonl):
-                console.print(f"best candidate written to {out}", markup=False, highlight=False)
+                shown, kept = out.with_name(written.name), f"the run did not pass, so {out} is kept as it was; "
+                console.print(f"{kept if written != target else ''}best candidate written to {shown}", markup=False,
+                              highlight=False)
         _finish_cli(result, out_mode)
 
 

@@ -59,6 +59,23 @@ def check_out(out: Path, *, force: bool) -> Path:
     return resolved
 
 
+def check_not_an_input(out: Path, **inputs: Path | None) -> None:
+    """--out must not name a file the run reads (its tests, its task): the answer would replace it."""
+    for flag, given in inputs.items():
+        try:
+            same = given is not None and given.is_file() and given.resolve() == out
+        except (OSError, ValueError):  # a task given as text, too long to be a path
+            same = False
+        if same:
+            raise ConfigError(f"--out would overwrite the --{flag} file: {given}", hint="give --out another file")
+
+
+def where_best_goes(out: Path, *, passed: bool, existed: bool) -> Path:
+    """Where the best candidate is written: --out itself, unless the run did not pass and --out held a file
+    before it, which is kept; the candidate then goes beside it as NAME.best.SUFFIX."""
+    return out if passed or not existed else out.with_name(f"{out.stem}.best{out.suffix}")
+
+
 def write_out(path: Path, text: str) -> None:
     """Write without following a symlink created since the check (O_NOFOLLOW)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
