@@ -142,8 +142,10 @@ class Run:
         now = time.time()
         step = Step(self.run_id, self.next_step, data.KIND, str(role) if role else None, input, data,
                     usage or Usage(), started_at if started_at is not None else now, now)
-        self.store.add_step(step)
+        # The number is taken before the write: a Ctrl-C landing just after the commit must not leave it
+        # free for the stop step that the interrupt then writes (a gap in the numbers is harmless).
         self.next_step += 1
+        self.store.add_step(step)
         if self.observer:
             self.observer("step", step)
         return step
@@ -197,11 +199,13 @@ class Run:
                         usage=dict(self.meter.by_role), run_id=self.run_id,
                         iterations=iterations, error=error, counters=counters or {},
                         notes=notes or [], details=details or {})
-        self.record(Stop(stop_reason, error))
-        result.steps = self.next_step - 1
-        status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
-        self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
-        self.store.release_lease(self.run_id, self.owner)
+        try:
+            self.record(Stop(stop_reason, error))
+            result.steps = self.next_step - 1
+            status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
+            self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
+        finally:  # released only now: until the run is closed, another process must not take it over
+            self.store.release_lease(self.run_id, self.owner)
         if self.observer:
             self.observer("finish", result)
         return result

@@ -222,9 +222,9 @@ def refine(
             written = where_best_goes(target, passed=result.passed, existed=existed)
             write_out(written, result.best)
             if not (out_mode.json or out_mode.jsonl):
-                shown, kept = (out or target).with_name(written.name), f"the run did not pass, so {out} is kept as it was; "
-                console.print(f"{kept if written != target else ''}best candidate written to {shown}", markup=False,
-                              highlight=False)
+                kept = f"the run did not pass, so {out} is kept as it was; " if written != target else ""
+                shown = (out or target).with_name(written.name)
+                console.print(f"{kept}best candidate written to {shown}", markup=False, highlight=False)
         _finish_cli(result, out_mode)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .. import observe
-from ..errors import ModelError, RunInterrupted
+from ..errors import ConfigError, ModelError, RunInterrupted
 from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
@@ -117,7 +117,12 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
               meta={"family": family, "bound": bound, **(meta or {})}, resume=resume)
     engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
     if resume is not None:
-        state = _restored(run, engine, state)
+        try:
+            state = _restored(run, engine, state)
+        except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError is a ValueError
+            session.store.release_lease(run.run_id, run.owner)
+            raise ConfigError(f"run {run.run_id[:12]}'s checkpoint cannot be read by this version of reflexa",
+                              hint=f"{type(exc).__name__}: {str(exc)[:200]}") from None
     episode = Episode(run, engine, plan, session)
 
     def finish(reason: StopReason, error: str | None = None) -> Result:
@@ -125,7 +130,8 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
         notes = ([plan.note] if plan.note else []) + outcome.notes
         result = run.finish(reason, output=outcome.output, best=outcome.best, verdict=outcome.verdict,
                             iterations=outcome.iterations, error=error, notes=notes, details=outcome.details,
-                            counters={**engine.finish(reason is StopReason.PASSED), **outcome.counters})
+                            counters={**engine.finish(None if reason is StopReason.INTERRUPTED
+                                                      else reason is StopReason.PASSED), **outcome.counters})
         if session.governor and reason is not StopReason.INTERRUPTED:
             session.governor.record(model.name, family, task, retried=outcome.retried, converted=result.passed,
                                     retry_tokens=outcome.retry_tokens)
@@ -139,14 +145,17 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     except KeyboardInterrupt:
         finish(StopReason.INTERRUPTED, "interrupted by the user")
         raise RunInterrupted(run.run_id) from None
-    except Exception as exc:
-        # A bug in reflexa or in a user's tool or check: the run still ends in the store, never "running".
+    except (Exception, SystemExit) as exc:
+        # A bug in reflexa, or a user's tool or check that raised (even sys.exit): the run still ends in the
+        # store, never "running". Run.finish releases the lease last, so the run never looks abandoned
+        # while it is being closed (a SIGKILL leaves a lease whose process is gone: a resume takes it over).
         finish(StopReason.ERROR, f"internal error: {type(exc).__name__}: {exc}"[:500])
         raise
-    finally:
-        # Whatever ended the body, this process no longer works on the run (a SIGKILL leaves a lease
-        # whose process is gone, which the next resume takes over).
+    except BaseException:
+        # Anything else (a task's CancelledError, a simulated kill) leaves the run as it is, to be resumed;
+        # this process lets go of it.
         session.store.release_lease(run.run_id, run.owner)
+        raise
     return finish(stop.stop_reason, stop.error)
 
 

@@ -188,7 +188,9 @@ class Engine:
         last = data.get("last_fingerprints")
         self.progress.last_fingerprints = frozenset(last) if last is not None else None
 
-    def finish(self, success: bool) -> dict[str, Any]:
-        """Settle the experience entries still pending and return the counters for the result."""
-        self._settle(success)
+    def finish(self, success: bool | None) -> dict[str, Any]:
+        """Settle the experience entries still pending and return the counters for the result. `success`
+        None (an interrupted run) settles nothing: the resume settles them when the run really ends."""
+        if success is not None:
+            self._settle(success)
         return self.counters.to_dict()

@@ -1,0 +1,116 @@
+"""A run is always closed in the store, whatever ends it and whenever: a Ctrl-C just after a step's commit,
+a tool that calls sys.exit, a checkpoint this version cannot read. Found by a bug hunt; each failed before."""
+
+import pytest
+
+from reflexa import ExperienceLibrary, Lesson, MemoryStore, RegexCheck, ScriptedModel, Session, SQLiteStore, refine
+from reflexa.errors import ConfigError, RunInterrupted
+from reflexa.reflect.engine import experience_key
+from reflexa.types import ErrorCode, Signal
+
+
+class InterruptAfterCommit(SQLiteStore):
+    """Raises KeyboardInterrupt right after step 3 is committed: where the CLI's Ctrl-C (an exception
+    delivered into the run's thread) lands when it arrives while the INSERT runs in C."""
+
+    def add_step(self, step):
+        super().add_step(step)
+        if step.step_id == 3 and step.kind != "stop":
+            raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_just_after_a_commit_still_closes_the_run(tmp_path):
+    store = InterruptAfterCommit(tmp_path / "t.db")
+    with pytest.raises(RunInterrupted):
+        refine("say GOOD", [RegexCheck("GOOD")], max_attempts=3,
+               session=Session(model=ScriptedModel(default="BAD"), store=store))
+    (record,) = store.runs(1)
+    steps = store.steps(record.run_id)
+    assert record.status == "interrupted" and steps[-1].kind == "stop"
+    assert [s.step_id for s in steps] == list(range(1, len(steps) + 1))
+    assert store.lease(record.run_id) is None
+
+
+class Exits:
+    name, subjective = "exits", False
+
+    def run(self, candidate, context):
+        raise SystemExit(2)  # pytest.main()-style code inside a user's check
+
+
+def test_a_check_that_calls_sys_exit_still_closes_the_run():
+    store = MemoryStore()
+    with pytest.raises(SystemExit):
+        refine("t", [Exits()], session=Session(model=ScriptedModel(default="x"), store=store))
+    (record,) = store.runs(1)
+    assert record.status == "finished" and record.stop_reason == "ERROR"
+    assert store.steps(record.run_id)[-1].kind == "stop" and store.lease(record.run_id) is None
+
+
+def test_the_lease_is_held_until_the_run_is_closed():
+    """Released after the stop step and the result are written, never before: in between, the run would
+    look abandoned and a resume elsewhere could take it over."""
+    events: list[str] = []
+
+    class Watched(MemoryStore):
+        def add_step(self, step):
+            events.append(step.kind)
+            super().add_step(step)
+
+        def finish_run(self, *args, **kwargs):
+            events.append("finish_run")
+            super().finish_run(*args, **kwargs)
+
+        def release_lease(self, run_id, owner):
+            events.append("release")
+            super().release_lease(run_id, owner)
+
+    refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=ScriptedModel(["GOOD"]), store=Watched()))
+    assert events[-3:] == ["stop", "finish_run", "release"] and events.count("release") == 1
+
+
+FAIL = Signal("c", False, ErrorCode.TEST_FAILED, "expected a greeting")
+
+
+class GreetingCheck:
+    name, subjective = "c", False
+
+    def __init__(self, interrupt_on: int | None = None) -> None:
+        self.calls, self.interrupt_on = 0, interrupt_on
+
+    def run(self, candidate, context):
+        self.calls += 1
+        if self.calls == self.interrupt_on:
+            raise KeyboardInterrupt
+        return FAIL if "hello" not in candidate else Signal("c", True, score=1.0)
+
+
+def test_an_interrupted_run_does_not_count_against_the_lessons_it_used():
+    store = MemoryStore()
+    library = ExperienceLibrary(store)
+    key = experience_key(FAIL, "greet")
+    library.learn(key, Lesson("attempt", "no greeting", "forgot it", "say hello"))
+    session = Session(model=ScriptedModel(["hi", "hi there", "hello"]), store=store, experience=library)
+    with pytest.raises(RunInterrupted) as stopped:
+        refine("greet", [GreetingCheck(interrupt_on=2)], session=session, max_attempts=3)
+    entry = store.get("experience", key)
+    assert (entry["successes"], entry["failures"]) == (0, 0) and library.lookup(key) is not None
+    resumed = refine("greet", [GreetingCheck()], session=session, max_attempts=3, resume=stopped.value.run_id)
+    entry = store.get("experience", key)
+    assert resumed.passed and (entry["successes"], entry["failures"]) == (1, 0)
+
+
+def test_a_checkpoint_this_version_cannot_read_is_a_clear_error_and_frees_the_run(tmp_path):
+    store = SQLiteStore(tmp_path / "t.db")
+    with pytest.raises(RunInterrupted) as stopped:
+        refine("greet", [GreetingCheck(interrupt_on=2)], max_attempts=3, explain=False,
+               session=Session(model=ScriptedModel(["hi", "hi there"]), store=store))
+    run_id = stopped.value.run_id
+    # What a checkpoint of an incompatible version looks like: a field of another type.
+    store.db.execute("UPDATE steps SET output = json_set(output, '$.state.attempts', 'two') "
+                     "WHERE kind = 'checkpoint'")
+    store.db.commit()
+    with pytest.raises(ConfigError, match="checkpoint cannot be read"):
+        refine("greet", [GreetingCheck()], session=Session(model=ScriptedModel(["hello"]), store=store),
+               resume=run_id)
+    assert store.lease(run_id) is None
