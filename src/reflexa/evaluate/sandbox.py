@@ -493,7 +493,9 @@ class Sandbox:
                 if not target.is_relative_to(scratch):
                     raise SandboxError(f"file {name!r} would land outside the scratch directory")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(content)
+                # A model's text may hold a lone surrogate, which UTF-8 cannot encode: "?" in its place,
+                # so the check judges the code rather than the write failing the run.
+                target.write_text(content, encoding="utf-8", errors="replace")
             return self._execute(argv, scratch, env or {}, limits, report)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -559,7 +561,7 @@ class Sandbox:
         try:
             proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=pass_fds,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec)
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:  # the latter: a limit the child could not set
             if cgroups:
                 cgroups.sweep()
             if report_read >= 0:

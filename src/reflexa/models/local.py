@@ -27,6 +27,14 @@ GGUF_MAGIC = b"GGUF"
 
 _loaded: dict[tuple[str, int, int], Any] = {}
 _load_lock = threading.Lock()
+_decode_locks: dict[tuple[str, int, int], threading.Lock] = {}
+"""One lock per loaded model, shared by every LocalModel using it: llama.cpp's context decodes one reply at
+a time, and two instances (two sessions, say) share the one model `load_llama` keeps per process."""
+
+
+def _decode_lock(path: Path, n_ctx: int, n_threads: int) -> threading.Lock:
+    with _load_lock:
+        return _decode_locks.setdefault((str(path), n_ctx, n_threads), threading.Lock())
 
 
 def weights(name: str = DEFAULT) -> Path:
@@ -157,7 +165,7 @@ class LocalModel(Model):
         self.name = f"local:{self.named.name if self.named else self.path.stem}"
         self.cache_prompts = prompt_cache() if cache_prompts is None else cache_prompts
         self._cache: Any = None
-        self._lock = threading.Lock()
+        self._lock = _decode_lock(self.path, n_ctx, self.n_threads)
 
     @property
     def llama(self) -> Any:

@@ -226,6 +226,8 @@ class OpenAIModel(Model):
 
 def _generation(out: Any) -> Generation:
     """A plain (not streamed) chat completion as a Generation: the text, or the forced tool's arguments."""
+    if not out.choices:  # a server that answered with no choice at all
+        raise ModelError("the model server's reply has no choices")
     choice = out.choices[0]
     text = choice.message.content or ""
     if choice.message.tool_calls:

@@ -77,8 +77,8 @@ class ExperienceLibrary:
     def learn(self, fingerprint: str, lesson: Lesson) -> None:
         now = self.clock()
         self._put(Entry(fingerprint, asdict(lesson), created_at=now, last_used=now))
-        entries = self.entries()
-        if len(entries) > self.capacity:
+        entries = [e for e in self.entries() if e.fingerprint != fingerprint]  # never the lesson just learnt
+        if entries and len(entries) >= self.capacity:
             worst = min(entries, key=lambda e: (e.value, e.last_used))
             self.store.delete(NAMESPACE, worst.fingerprint)
 

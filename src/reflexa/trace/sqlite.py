@@ -226,7 +226,7 @@ class SQLiteStore:
         return [step_from_row(dict(r)) for r in rows]
 
     def get(self, ns: str, key: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT value FROM records WHERE ns=? AND key=?", (ns, key))
+        rows = self._read("SELECT value FROM records WHERE ns=? AND key=?", (storable(ns), storable(key)))
         return json.loads(rows[0][0]) if rows else None
 
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
@@ -234,11 +234,11 @@ class SQLiteStore:
                     (storable(ns), storable(key), to_json(value), time.time()))
 
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = self._read("SELECT key, value FROM records WHERE ns=? ORDER BY key", (ns,))
+        rows = self._read("SELECT key, value FROM records WHERE ns=? ORDER BY key", (storable(ns),))
         return [(key, json.loads(value)) for key, value in rows]
 
     def delete(self, ns: str, key: str) -> None:
-        self._write("DELETE FROM records WHERE ns=? AND key=?", (ns, key))
+        self._write("DELETE FROM records WHERE ns=? AND key=?", (storable(ns), storable(key)))
 
     def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
              defaults: Mapping[str, Any] | None = None, *,

@@ -263,52 +263,67 @@ class MemoryStore:
     def start_run(self, record: RunRecord) -> None:
         record = dataclasses.replace(record, loop=storable(record.loop), task=storable(record.task),
                                      meta=json.loads(to_json(record.meta)))
-        self._runs[record.run_id] = record
-        self._steps[record.run_id] = []
+        with self._lock:
+            self._runs[record.run_id] = record
+            self._steps[record.run_id] = []
 
     def reopen_run(self, run_id: str) -> None:
-        record = self._runs[run_id]
-        record.status, record.stop_reason, record.ended_at = "running", None, None
+        with self._lock:
+            record = self._runs[run_id]
+            record.status, record.stop_reason, record.ended_at = "running", None, None
 
     def add_step(self, step: Step) -> None:
         # Round-trip through JSON so tests see exactly what SQLite would keep.
-        self._steps[step.run_id].append(dataclasses.replace(
+        stored = dataclasses.replace(
             step, kind=storable(step.kind), role=storable(step.role) if step.role else step.role,
-            input=json.loads(to_json(step.input)), output=json.loads(to_json(step.output))))
+            input=json.loads(to_json(step.input)), output=json.loads(to_json(step.output)))
+        with self._lock:
+            self._steps[step.run_id].append(stored)
 
     def finish_run(self, run_id: str, stop_reason: str, ended_at: float, result: dict[str, Any],
                    status: str = "finished") -> None:
-        record = self._runs[run_id]
-        record.status, record.stop_reason, record.ended_at = status, stop_reason, ended_at
-        record.result = json.loads(to_json(result))
+        with self._lock:
+            record = self._runs[run_id]
+            record.status, record.stop_reason, record.ended_at = status, stop_reason, ended_at
+            record.result = json.loads(to_json(result))
+
+    # Reads copy under the lock: another thread's write must not change a dict while it is walked.
 
     def runs(self, limit: int = 20, *, loop: str | None = None, status: str | None = None,
              since: float | None = None) -> list[RunRecord]:
-        found = [r for r in self._runs.values() if matches_run(r, loop, status, since)]
+        with self._lock:
+            found = [r for r in self._runs.values() if matches_run(r, loop, status, since)]
         return sorted(found, key=lambda r: r.started_at, reverse=True)[:limit]
 
     def find_runs(self, prefix: str) -> list[RunRecord]:
-        return [r for key, r in self._runs.items() if key.startswith(prefix)][:2]
+        with self._lock:
+            return [r for key, r in self._runs.items() if key.startswith(prefix)][:2]
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        matches = [self._runs[run_id]] if run_id in self._runs else self.find_runs(run_id)
+        with self._lock:
+            matches = [self._runs[run_id]] if run_id in self._runs else self.find_runs(run_id)
         return matches[0] if len(matches) == 1 else None
 
     def steps(self, run_id: str) -> list[Step]:
-        return list(self._steps.get(run_id, []))
+        with self._lock:
+            return list(self._steps.get(run_id, []))
 
     def get(self, ns: str, key: str) -> dict[str, Any] | None:
-        value = self._records.get((ns, key))
+        value = self._records.get((storable(ns), storable(key)))
         return json.loads(value) if value is not None else None
 
     def put(self, ns: str, key: str, value: dict[str, Any]) -> None:
         self._records[(storable(ns), storable(key))] = to_json(value)
 
     def items(self, ns: str) -> list[tuple[str, dict[str, Any]]]:
-        return sorted((k, json.loads(v)) for (n, k), v in list(self._records.items()) if n == ns)
+        ns = storable(ns)
+        with self._lock:
+            records = list(self._records.items())
+        return sorted((k, json.loads(v)) for (n, k), v in records if n == ns)
 
     def delete(self, ns: str, key: str) -> None:
-        self._records.pop((ns, key), None)
+        with self._lock:
+            self._records.pop((storable(ns), storable(key)), None)
 
     def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
              defaults: Mapping[str, Any] | None = None, *,
