@@ -57,6 +57,44 @@ def test_a_loop_run_as_a_coroutine_gives_what_it_gives_synchronously():
         plain.stop_reason, plain.output, plain.steps, plain.iterations)
 
 
+def test_a_session_sees_its_caller_s_context_and_its_own_spans_only():
+    """aio.run copies the caller's context variables into the session, as asyncio does into a task: the
+    caller's span parents the run. Sessions sharing the thread do not parent each other's runs."""
+    import contextvars
+
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from reflexa.observe import Tracing, observers
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    request = contextvars.ContextVar("request", default=None)
+    seen = []
+
+    def watch(event, data):
+        if event == "run":
+            seen.append(request.get())
+
+    def session():
+        return Session(model=ScriptedModel(["bad", GOOD]), observer=observers(watch, Tracing(provider)))
+
+    async def main():
+        request.set("req-42")
+        with provider.get_tracer("app").start_as_current_span("request"):
+            await asyncio.gather(*(aio.run(refine, f"say GOOD {i}", [RegexCheck("GOOD")], session=session())
+                                   for i in range(2)))
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    (caller,) = [s for s in spans if s.name == "request"]
+    runs = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert seen == ["req-42", "req-42"] and len(runs) == 2
+    assert all(run.parent.span_id == caller.context.span_id for run in runs)
+
+
 def test_sessions_on_one_event_loop_have_their_model_calls_in_flight_together():
     gate = Gate(16)
     results = many(gate, 16)

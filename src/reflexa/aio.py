@@ -23,6 +23,7 @@ Needs the `greenlet` package (extra `async`).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -38,6 +39,9 @@ async def run(loop: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     loop (`refine`, `research`, `react`, `trials`, `plan`) or function that makes model calls through a
     Session works; its result, or its exception, is the coroutine's."""
     session = _session_class()(loop)
+    # The caller's context variables (its current span, a request id), copied as asyncio copies them into a
+    # task: a new greenlet would otherwise start from an empty context.
+    session.gr_context = contextvars.copy_context()
     pending = session.switch(*args, **kwargs)
     while not session.dead:
         try:

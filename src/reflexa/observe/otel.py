@@ -24,13 +24,13 @@ older gen_ai.system). They are still marked "development" upstream and may chang
 from __future__ import annotations
 
 import atexit
+import contextvars
 import hashlib
 import json
 import logging
 import os
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -210,7 +210,9 @@ class Tracing:
             self.writer = TracerWriter(provider if provider is not None else trace.get_tracer_provider())
         self.content = capture_content() if content is None else content
         self._runs: dict[str, _OpenRun] = {}
-        self._local = threading.local()
+        self._open: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("reflexa_open_runs", default=())
+        """The runs open in this context, innermost last: a run's parent span. A context, not a thread: the
+        sessions `aio.run` drives share a thread, each in a context of its own."""
         self._handlers = {
             "model_call": self._model_call, "attempt": self._attempt, "verdict": self._checked,
             "engine": self._decided, "react": self._acted, "search": self._searched, "audit": self._audited,
@@ -246,14 +248,8 @@ class Tracing:
 
     # runs
 
-    def _stack(self) -> list[str]:
-        stack: list[str] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
     def _start(self, started: RunStarted) -> None:
-        stack = self._stack()
+        stack = self._open.get()
         parent = self._runs[stack[-1]].span if stack and stack[-1] in self._runs else None
         provider, colon, model = started.model.partition(":")
         model = model if colon else provider
@@ -267,15 +263,13 @@ class Tracing:
         kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
         self._runs[started.run_id] = _OpenRun(span, provider, model, f"chat {model}", kind,
                                               {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model})
-        stack.append(started.run_id)
+        self._open.set((*stack, started.run_id))
 
     def _finish(self, result: Result) -> None:
         run = self._runs.pop(result.run_id, None)
         if run is None:
             return
-        stack = self._stack()
-        if result.run_id in stack:
-            stack.remove(result.run_id)
+        self._open.set(tuple(r for r in self._open.get() if r != result.run_id))
         total = result.total_usage
         counters = result.counters
         attributes: dict[str, Any] = {
