@@ -218,3 +218,35 @@ def test_a_batch_runs_its_sessions_as_coroutines(tmp_path):
     state = run_batch(path, "refine", store=str(tmp_path / "trace.db"), model=f"scripted:{tmp_path / 'good.json'}",
                       concurrency=4, executor="async")
     assert (state.done, state.passed, state.failed) == (10, 10, 0)
+
+
+def test_a_backoff_inside_a_session_is_awaited_not_slept(monkeypatch):
+    """react waits before retrying a timed-out tool; under aio.run it awaits, so the event loop (and every
+    other session on it) goes on meanwhile. Outside aio the same wait is a plain sleep."""
+    from reflexa import react, tool
+
+    slept = []
+    monkeypatch.setattr(time, "sleep", lambda seconds: slept.append(seconds))
+
+    def run_once():
+        calls = []
+
+        @tool
+        def fetch(url: str) -> str:
+            """Fetch a page."""
+            calls.append(url)
+            if len(calls) == 1:
+                raise TimeoutError("upstream timed out")
+            return "page text"
+
+        model = ScriptedModel([{"action": {"thought": "t", "tool": "fetch", "args": {"url": "u"}, "confidence": 1}},
+                               {"action": {"thought": "t", "tool": "final_answer", "args": {"answer": "done"},
+                                           "confidence": 1}}])
+        return fetch, model, calls
+
+    fetch, model, calls = run_once()
+    result = asyncio.run(aio.run(react, "get the page", [fetch], session=Session(model=model)))
+    assert calls == ["u", "u"] and result.output == "done" and slept == []
+    fetch, model, calls = run_once()
+    react("get the page", [fetch], session=Session(model=model))
+    assert calls == ["u", "u"] and slept and slept[0] > 0

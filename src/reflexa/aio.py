@@ -23,8 +23,10 @@ Needs the `greenlet` package (extra `async`).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -64,6 +66,17 @@ def complete(model: Model, messages: list[Message], *, schema: Schema | None, ma
     call: Awaitable[Completion] = model.acomplete(messages, schema=schema, max_tokens=max_tokens,
                                                   temperature=temperature, on_token=on_token)
     return current.parent.switch(call)
+
+
+def sleep(seconds: float) -> None:
+    """`time.sleep(seconds)`; inside a loop that `run` drives, `asyncio.sleep` awaited by it, so a backoff
+    does not hold up the other sessions on the event loop."""
+    getcurrent = _getcurrent()
+    current = getcurrent() if getcurrent is not None else None
+    if current is None or not isinstance(current, _session_class()):
+        time.sleep(seconds)
+        return
+    current.parent.switch(asyncio.sleep(seconds))
 
 
 @functools.cache

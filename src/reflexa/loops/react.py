@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import aio
 from ..reflect import Facts, Outcome, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
@@ -271,7 +272,7 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
         if repair.kind == "retry":
             key = prompts.describe_action(failed.tool, failed.args)
             s.retries[key] = s.retries.get(key, 0) + 1
-            time.sleep(repair.delay)
+            aio.sleep(repair.delay)  # under aio.run, the other sessions go on meanwhile
             s.queued = Chosen(failed, "(rule: retry after a pause)")
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
             s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
