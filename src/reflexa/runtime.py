@@ -18,7 +18,7 @@ from .budget import Meter
 from .errors import ConfigError
 from .models.base import Completion, Model
 from .structured import Message, Schema
-from .trace.store import MemoryStore, RunRecord, Store
+from .trace.store import LEASE_TTL, MemoryStore, RunRecord, Store
 from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
@@ -112,6 +112,7 @@ class Run:
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget, **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
+            self._leased_at = time.monotonic()
             return
         record = self.store.get_run(resume)
         if record is None:
@@ -121,6 +122,7 @@ class Run:
         if record.loop != loop:
             raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run, not {loop}")
         self.store.acquire_lease(record.run_id, self.owner, os.getpid())  # RunLeased if another process works on it
+        self._leased_at = time.monotonic()
         self.store.reopen_run(record.run_id)
         self.run_id = record.run_id
         self.resumed_steps = self.store.steps(record.run_id)
@@ -146,6 +148,10 @@ class Run:
         # free for the stop step that the interrupt then writes (a gap in the numbers is harmless).
         self.next_step += 1
         self.store.add_step(step)
+        if time.monotonic() - self._leased_at > getattr(self.store, "lease_ttl", LEASE_TTL) / 4:
+            # Renewed while the run works: a lease held from another host goes stale after its TTL.
+            self.store.acquire_lease(self.run_id, self.owner, os.getpid())
+            self._leased_at = time.monotonic()
         if self.observer:
             self.observer("step", step)
         return step

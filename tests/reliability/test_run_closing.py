@@ -114,3 +114,20 @@ def test_a_checkpoint_this_version_cannot_read_is_a_clear_error_and_frees_the_ru
         refine("greet", [GreetingCheck()], session=Session(model=ScriptedModel(["hello"]), store=store),
                resume=run_id)
     assert store.lease(run_id) is None
+
+
+def test_a_working_run_renews_its_lease():
+    """Every quarter of the store's lease TTL, at the next step: a lease held from another host is taken
+    for abandoned once its TTL passes unrenewed, and a run may work for longer than that."""
+    import time
+
+    from reflexa import Budget
+    from reflexa.runtime import Run, Stop
+    from reflexa.types import StopReason
+
+    store = MemoryStore(lease_ttl=0.04)
+    run = Run("refine", "t", ScriptedModel([]), budget=Budget(), store=store)
+    taken = store.lease(run.run_id).renewed_at
+    time.sleep(0.02)
+    run.record(Stop(StopReason.PASSED, None))
+    assert store.lease(run.run_id).renewed_at > taken
