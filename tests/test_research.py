@@ -254,6 +254,29 @@ def test_cached_query_costs_no_search_call(corpus):
     assert "search" not in result.usage and cache.hits == 1 and result.counters["cache_hits"] == 1
 
 
+def test_the_cache_never_serves_one_corpus_s_passages_for_another(corpus, tmp_path):
+    corpus, folder = corpus
+    other_folder = tmp_path / "tokyo"
+    other_folder.mkdir()
+    (other_folder / "tokyo.md").write_text("# Tokyo Tower\n\nTokyo Tower is 333 metres tall.")
+    other = LocalCorpus.for_folder(other_folder)
+    other.index(other_folder)
+    store = MemoryStore()
+    cache = SearchCache(store)
+
+    def ask(backend):
+        model = ScriptedModel([draft("?", missing=["height in metres"], queries=["tower height metres"]),
+                               draft("It is tall [1].")])
+        return research("How tall is the tower?", backend, cache=cache, session=Session(model=model, store=store))
+
+    assert ask(corpus).details["evidence"][0]["id"].startswith("eiffel.md")
+    assert ask(other).details["evidence"][0]["id"].startswith("tokyo.md") and cache.hits == 0
+    (folder / "eiffel.md").write_text("# Eiffel Tower\n\nThe tower is 300 metres tall.")
+    corpus.index(folder)  # an edited corpus is another corpus
+    assert "300 metres" in ask(corpus).details["evidence"][0]["snippet"] and cache.hits == 0
+    assert ask(other).details["evidence"][0]["id"].startswith("tokyo.md") and cache.hits == 1
+
+
 def test_audit_helpers():
     assert audit("a [1] b [2]", {1, 2}).ok
     assert not audit("a [3]", {1}).ok

@@ -197,7 +197,9 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
             s: ResearchState) -> list[Evidence]:
     """One query, from the cache when fresh; a failure is recorded by name, never dropped."""
     started = time.time()
-    hits = cache.get(backend.name, query) if cache else None
+    # A backend whose results depend on more than its name (a local corpus: its documents) says so.
+    source = getattr(backend, "cache_key", backend.name)
+    hits = cache.get(source, query) if cache else None
     if cache:
         s.cache_hits, s.cache_misses = s.cache_hits + (hits is not None), s.cache_misses + (hits is None)
     if hits is not None:
@@ -215,7 +217,7 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
         run.record(Searched(query, "failed", error=str(exc)), Role.SEARCH, usage=Usage(calls=1), started_at=started)
         return []
     if cache:
-        cache.put(backend.name, query, hits)
+        cache.put(source, query, hits)
     run.record(Searched(query, "ok", False, [e.id for e in hits]), Role.SEARCH, usage=Usage(calls=1),
                started_at=started)
     return hits

@@ -129,6 +129,14 @@ class LocalCorpus:
         total = self.db.execute("SELECT count(*) FROM passages").fetchone()[0]
         return IndexReport(added, updated, unchanged, len(removed), total, skipped)
 
+    @property
+    def cache_key(self) -> str:
+        """What the search cache keys this corpus's results by: the documents it holds. Another corpus, or
+        this one re-indexed after an edit, never gets the passages cached for a different one."""
+        files = self.db.execute("SELECT path, sha256 FROM files ORDER BY path").fetchall()
+        passages = self.db.execute("SELECT count(*), max(rowid) FROM passages").fetchone()  # add_passages' too
+        return f"local:{hashlib.blake2b(repr((files, passages)).encode(), digest_size=8).hexdigest()}"
+
     def add_passages(self, rows: list[tuple[str, str, str, int]]) -> None:
         """Add (title, body, path, position) passages directly, e.g. a benchmark's own corpus."""
         with self.db:
