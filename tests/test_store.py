@@ -76,6 +76,21 @@ def test_each_step_is_committed_before_the_next_starts(tmp_path):
     assert seen == list(range(1, len(seen) + 1))
 
 
+def test_another_program_s_database_is_refused_and_left_as_it_was(tmp_path):
+    from reflexa.errors import StoreError
+
+    path = tmp_path / "shop.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE orders (id INTEGER)")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not a reflexa trace store"):
+        SQLiteStore(path)
+    assert path.read_bytes() == before and not (tmp_path / "shop.sqlite-wal").exists()
+
+
 def test_unwritable_store_is_a_store_error(tmp_path):
     from reflexa.errors import StoreError
 
@@ -216,9 +231,9 @@ def test_opening_a_new_file_waits_out_a_reader_that_blocks_the_wal_switch(tmp_pa
     monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
     path = tmp_path / "t.db"
     reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)  # rollback-journal mode
-    reader.execute("CREATE TABLE t (x)")
+    reader.execute("PRAGMA user_version=0")  # the file exists, still without a table: a store being made
     reader.execute("BEGIN")
-    reader.execute("SELECT * FROM t").fetchall()  # holds a shared lock: no WAL switch until it ends
+    reader.execute("SELECT * FROM sqlite_master").fetchall()  # holds a shared lock: no WAL switch until it ends
     threading.Timer(0.4, lambda: reader.execute("COMMIT")).start()
     store = SQLiteStore(path)  # one busy timeout would fail ("database is locked"); the retries succeed
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -116,6 +116,7 @@ class SQLiteStore:
         try:
             db.row_factory = sqlite3.Row
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._refuse_a_foreign_database(db)  # before WAL: another program's file is left as it was
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             self._migrate(db)
@@ -123,6 +124,14 @@ class SQLiteStore:
             db.close()
             raise
         return db
+
+    def _refuse_a_foreign_database(self, db: sqlite3.Connection) -> None:
+        """A database another program made (say --trace pointed at an app's own SQLite file) is refused,
+        never given reflexa's tables: it has tables of its own and none of ours."""
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "runs" not in tables:
+            raise StoreError(f"{self.path} is not a reflexa trace store (it holds other tables)",
+                             hint="pass --trace PATH to a trace.db a reflexa command wrote, or to a new file")
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
