@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from reflexa import Budget, MemoryStore, ScriptedModel, Session, StopReason
@@ -380,6 +382,28 @@ def test_killed_run_resumes_without_repeating_a_side_effect(tmp_path):
     )
     assert result.passed and charges == [5] and result.run_id == run_id
     assert "charged 5" in resumed.prompts[0][-1]["content"]
+
+
+def test_a_side_effect_that_overruns_its_timeout_is_not_repeated():
+    """Given up on at its timeout, the call may still land: a retry could pay twice, so the run stops."""
+    import threading
+
+    done = threading.Event()
+    payments = []
+
+    @tool(side_effect=True, timeout=0.1)
+    def pay(amount: int) -> str:
+        """Pay an invoice."""
+        done.wait(5)  # a slow payment gateway, still working after the loop gave up on it
+        payments.append(amount)
+        return "paid"
+
+    model = ScriptedModel([act("pay", amount=100), act("pay", amount=100)], default=final("paid"))
+    result = react("pay invoice 7 once", [pay], session=Session(model=model))
+    done.set()
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "not repeated" in (result.error or "")
+    time.sleep(0.2)
+    assert payments == [100]
 
 
 def test_crash_during_an_effect_is_not_repeated_on_resume(tmp_path):

@@ -146,6 +146,10 @@ JOIN_SLICE = 0.1
 """Seconds a tool call is waited on at a time (see `_run_with_timeout`)."""
 
 
+class Abandoned(TimeoutError):
+    """A tool call given up on at its timeout: its thread may still be running, and may still act."""
+
+
 def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
     box: dict[str, Any] = {}
 
@@ -163,7 +167,7 @@ def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
         # arrives only between Python instructions, which one long join would hold back until the timeout.
         thread.join(min(left, JOIN_SLICE))
     if thread.is_alive():
-        raise TimeoutError(f"no answer within {timeout:g}s")
+        raise Abandoned(f"no answer within {timeout:g}s")
     if "error" in box:
         raise box["error"]
     return box.get("value")
@@ -273,8 +277,13 @@ class ToolSession:
             value = _run_with_timeout(call, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            return Observation(t.name, args, False, code=_code_for(exc),
-                               message=cap(str(exc) or type(exc).__name__, 400),
+            message = cap(str(exc) or type(exc).__name__, 400)
+            if t.side_effect and isinstance(exc, Abandoned):
+                # Its effect is unknown and may yet happen: repeating the call could do it twice.
+                return Observation(t.name, args, False, code=ErrorCode.TIMEOUT, fatal=True,
+                                   message=f"{message}; {t.name} has side effects and may still be running, so "
+                                   "it is not repeated: check its effect by hand")
+            return Observation(t.name, args, False, code=_code_for(exc), message=message,
                                suggestion=suggestion, fatal=getattr(exc, "fatal", False))
         text = _render(value)
         if not text.strip() and not t.empty_ok:
