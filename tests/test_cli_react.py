@@ -38,7 +38,7 @@ def test_react_answers_from_the_database(tmp_path, shop):
 
 def test_react_validate_checks_the_answer_with_sql_or_a_command(tmp_path, shop):
     answer = [act("final_answer", "done", answer="400")]
-    sql = "SELECT 1 FROM orders GROUP BY 1 HAVING count(*) = CAST(:answer AS INTEGER)"
+    sql = "SELECT 1 WHERE (SELECT count(*) FROM orders) = CAST(:answer AS INTEGER)"  # the README's
     passed = runner.invoke(
         app,
         [
@@ -88,6 +88,9 @@ def test_react_validate_checks_the_answer_with_sql_or_a_command(tmp_path, shop):
         ],
     )
     assert command.exit_code == 0, command.output
+    broken = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate",
+                                 "SELECT 1 FROM ordrs", "--model", replies(tmp_path, "d.json", *answer)])
+    assert broken.exit_code == 2 and "no such table: ordrs" in broken.output  # said before any model call
 
 
 def test_react_typo_is_repaired_and_experience_is_listed(tmp_path, shop):

@@ -34,6 +34,8 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
     if is_sql(validate) and db is None:
         raise ConfigError("an SQL validation needs a database", hint="give --db")
     path = Path(db).resolve() if db is not None else None
+    if is_sql(validate) and path is not None and path.is_file():
+        _compiles(validate, path)
 
     def check_sql(answer: str) -> str | None:
         try:
@@ -55,6 +57,17 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
         return f"the validation command exited {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
 
     return check_sql if is_sql(validate) else check_command
+
+
+def _compiles(query: str, db: Path) -> None:
+    """A query that cannot run (a syntax error, an unknown table) is a ConfigError before the run, not a
+    failure blamed on every answer the model gives."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            conn.execute(f"EXPLAIN {query}", {"answer": ""} if ":answer" in query else {})  # compiled, not run
+    except sqlite3.Error as exc:
+        raise ConfigError(f"the validation query does not run on {db.name}: {exc}",
+                          hint="try it with sqlite3 first, with a sample answer for :answer") from None
 
 
 def regex_validator(pattern: str) -> Validator:
