@@ -132,6 +132,23 @@ def test_a_run_that_fails_is_a_result_and_the_exit_code_says_so(tmp_path):
     result = CliRunner().invoke(app, ["batch", str(crash), "-l", "refine", "-m", empty, "--json",
                                       "--trace", str(tmp_path / "t.db"), "-o", str(tmp_path / "r.jsonl")])
     assert result.exit_code == 1 and json.loads(result.output)["failed"] == 1
+    again = CliRunner().invoke(app, ["batch", str(crash), "-l", "refine", "-m", empty, "--json",
+                                     "--trace", str(tmp_path / "t.db"), "-o", str(tmp_path / "r.jsonl")])
+    report = json.loads(again.output)  # nothing runs again, and the batch still failed
+    assert again.exit_code == 1 and (report["done_before"], report["done"], report["failed"]) == (1, 0, 1)
+
+
+def test_results_never_go_into_a_file_that_is_not_a_results_file(tmp_path):
+    model = replies(tmp_path, "good.json", [GOOD])
+    path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD"}])
+    tasks = path.read_text()
+    refused = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "-o", str(path)])
+    assert refused.exit_code == 2 and "tasks file itself" in refused.output and path.read_text() == tasks
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nmy last line, without a newline")
+    refused = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "-o", str(notes)])
+    assert refused.exit_code == 2 and "not a results file" in refused.output
+    assert notes.read_text() == "my notes\nmy last line, without a newline"
 
 
 def test_a_partial_last_line_is_cut_before_appending(tmp_path):

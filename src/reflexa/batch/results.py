@@ -14,6 +14,10 @@ from typing import Any
 
 from ..errors import ConfigError
 
+ROW_START = b'{"batch": '
+"""How every row begins (json.dumps of a row, "batch" its first key): a partial last line that begins so
+is a row a kill cut short, and is cut off; any other is the user's and is left alone."""
+
 
 class ResultsFile:
     """An append-only JSONL file of result rows; `keys` are the tasks of this batch already in it."""
@@ -37,6 +41,9 @@ class ResultsFile:
         data = self.path.read_bytes()
         end = data.rfind(b"\n") + 1
         if end < len(data):
+            if not data[end:].startswith(ROW_START):  # not a row of ours cut short: someone else's text
+                raise ConfigError(f"{self.path} does not end with a whole line, and is not a results file this "
+                                  "command wrote", hint="give --out a new file, or the batch's own results file")
             with self.path.open("r+b") as fh:
                 fh.truncate(end)
                 fh.flush()

@@ -51,8 +51,10 @@ class Progress:
     """Tasks finished by an earlier run of the same batch (not run again)."""
     done: int = 0
     passed: int = 0
+    """Tasks of the whole batch that passed, those done before included."""
     failed: int = 0
-    """Tasks that ended in ERROR, or could not run (their worker died): see the rows and `errors`."""
+    """Tasks of the whole batch that ended in ERROR, or could not run (their worker died): see the rows and
+    `errors`."""
     running: int = 0
     started: float = field(default_factory=time.time)
     errors: list[str] = field(default_factory=list)
@@ -179,6 +181,7 @@ def _skip_finished(tasks: list[TaskLine], store: Any, config: BatchConfig, resul
         if record.get("state") == "done":
             results.append(record["row"], sync=False)
             state.skipped += 1
+            _count(state, task, record["row"])  # a re-run still says how the whole batch went
         else:
             todo.append(task)
     results.sync()
@@ -292,14 +295,19 @@ def _collect(future: Future[dict[str, Any]], task: TaskLine, config: BatchConfig
         row = report["row"]
         results.append(row, sync=False)
         state.done += 1
-        state.passed += bool(row.get("passed"))
-        if row.get("stop_reason") == "ERROR":
-            state.failed += 1
-            state.errors.append(f"{task.key}: {row.get('error')}")
+        _count(state, task, row)
     elif report["state"] == "failed":
         state.failed += 1
         state.failed_unfinished += 1
         state.errors.append(f"{task.key}: {report.get('error')}")
+
+
+def _count(state: Progress, task: TaskLine, row: dict[str, Any]) -> None:
+    """A finished task's row in the batch's passed and failed counts."""
+    state.passed += bool(row.get("passed"))
+    if row.get("stop_reason") == "ERROR":
+        state.failed += 1
+        state.errors.append(f"{task.key}: {row.get('error')}")
 
 
 __all__ = ["BatchConfig", "BatchInterrupted", "Progress", "batch_id", "make_row", "run_batch"]

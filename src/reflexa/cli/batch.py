@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..batch import BatchInterrupted, run_batch
 from ..batch.runner import Progress as BatchProgress
+from ..errors import ConfigError
 
 
 class BatchView:
@@ -59,6 +60,8 @@ def run(tasks: Path, loop: str, *, store: str, out: Path | None, console: Consol
     """Run the batch under the progress view; print the summary; return the exit code (0 every task has a
     result and none failed, 1 some failed, 130 interrupted)."""
     out = out or tasks.with_name(tasks.stem + ".results.jsonl")
+    if out.resolve() == tasks.resolve():
+        raise ConfigError("--out names the tasks file itself", hint="give --out another file")
     view = None if as_json else BatchView(console)
     started = time.monotonic()
     try:
