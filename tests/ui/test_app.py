@@ -199,6 +199,45 @@ def test_the_event_feed_sends_new_steps_then_the_end(trace):
         assert [d.get("id") for _, d, _ in events("".join(response.iter_text()))] == [10, None]
 
 
+def test_the_feed_sends_the_last_steps_of_a_run_that_ends_while_it_looks(tmp_path, monkeypatch):
+    """The run stores its last steps and ends right after the feed looked for new ones: they still go out
+    before the end (the feed once read the steps first and the status second, and dropped them)."""
+    import asyncio
+
+    from reflexa.runtime import ModelCall, Run
+    from reflexa.types import Budget
+    from reflexa.ui import app as ui_app
+
+    writer = SQLiteStore(tmp_path / "t.db")
+    run = Run("refine", "task", ScriptedModel([]), budget=Budget(), store=writer)
+    run.record(ModelCall("first"), "generator")
+
+    class EndsWhileLooking(ReadOnlyStore):
+        looks = 0
+
+        def steps_after(self, run_id, after):
+            found = super().steps_after(run_id, after)
+            EndsWhileLooking.looks += 1
+            if EndsWhileLooking.looks == 2:
+                run.record(ModelCall("last"), "generator")
+                run.finish(StopReason.PASSED, output="x", best="x", verdict=None, iterations=1)
+            return found
+
+    class Connected:
+        async def is_disconnected(self) -> bool:
+            return False
+
+    async def sent() -> list[str]:
+        reader = EndsWhileLooking(tmp_path / "t.db")
+        lines = []
+        async for chunk in ui_app._feed(Connected(), reader, environment(), reader.get_run(run.run_id), 0):
+            lines += [line for line in chunk.splitlines() if line.startswith(("id:", "event: end"))]
+        return lines
+
+    monkeypatch.setattr(ui_app, "POLL_SECONDS", 0.01)
+    assert asyncio.run(sent()) == ["id: 1", "id: 2", "id: 3", "event: end"]
+
+
 def test_a_running_run_is_shown_as_live(tmp_path):
     live = LiveRun(tmp_path / "trace.db")
     live.attempt("def add(a, b): return 0", ok=False)

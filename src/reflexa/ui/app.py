@@ -244,11 +244,13 @@ async def _feed(request: Request, store: ReadOnlyStore, env: Environment, record
     yield "retry: 2000\n\n"
     last, quiet = after, 0.0
     while not await request.is_disconnected():
+        # The status before the steps: a run is marked over only after its last step is stored, so the steps
+        # read next include them all (read the other way round, the last ones could be missed).
+        current = await run_in_threadpool(store.get_run, record.run_id)
         for step in await run_in_threadpool(store.steps_after, record.run_id, last):
             html = template.render(item=timeline.item(step), run=record)
             yield f"id: {step.step_id}\nevent: step\ndata: {json.dumps({'id': step.step_id, 'html': html})}\n\n"
             last, quiet = step.step_id, 0.0
-        current = await run_in_threadpool(store.get_run, record.run_id)
         if current is None or current.status != "running":
             end = {"status": current.status if current else "gone",
                    "stop_reason": current.stop_reason if current else None}
