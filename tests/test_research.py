@@ -48,6 +48,14 @@ def test_local_corpus_indexes_incrementally_and_ranks(corpus):
     )
 
 
+def test_an_index_that_cannot_be_made_is_a_clear_error(tmp_path):
+    from reflexa.errors import ConfigError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="cannot open the search index"):
+        LocalCorpus(tmp_path / "afile" / ".reflexa-index.sqlite")
+
+
 def test_fts_syntax_in_a_query_is_harmless(corpus):
     corpus, _ = corpus
     assert isinstance(corpus.search('eiffel" OR * NEAR(', 3), list)

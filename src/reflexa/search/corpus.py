@@ -84,9 +84,13 @@ class LocalCorpus:
 
     def __init__(self, index_path: str | Path) -> None:
         self.path = Path(index_path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, check_same_thread=False)
-        self.db.executescript(SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, check_same_thread=False)
+            self.db.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:  # a read-only folder, say: the index lives beside the documents
+            raise ConfigError(f"cannot open the search index {self.path}: {exc}",
+                              hint="the corpus folder must be writable (the index is kept in it)") from None
 
     @classmethod
     def for_folder(cls, folder: str | Path) -> LocalCorpus:
