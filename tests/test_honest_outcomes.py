@@ -9,7 +9,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reflexa import MemoryStore, ScriptedModel, Session, Signal, SQLiteStore, StopReason, react, refine, research
+from reflexa import (
+    Budget,
+    MemoryStore,
+    ScriptedModel,
+    Session,
+    Signal,
+    SQLiteStore,
+    StopReason,
+    react,
+    refine,
+    research,
+)
 from reflexa.cli.app import app
 from reflexa.cli.render import RENDERERS
 from reflexa.errors import RunInterrupted
@@ -216,7 +227,7 @@ def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
         "refine",
         "Write f() returning 2",
         ScriptedModel([]),
-        budget=__import__("reflexa").Budget(),
+        budget=Budget(),
         store=store,
         meta={
             "bound": 3,
@@ -239,11 +250,33 @@ def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
     assert "stop: PASSED" in result.output
 
 
+def test_cli_resume_reads_its_own_paths_from_here_and_rebuilds_the_run_s_model(tmp_path, monkeypatch):
+    """The run started in another directory: --trace is relative to where `resume` is typed, not to the
+    run's directory; with no --model, the model comes from the spec the run recorded (its file absolute)."""
+    from reflexa import resolve_model
+    from reflexa.runtime import Run
+
+    start, here = tmp_path / "start", tmp_path / "here"
+    start.mkdir()
+    here.mkdir()
+    (start / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
+    (here / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
+    monkeypatch.chdir(here)
+    store = SQLiteStore(here / "trace.db")
+    run = Run("refine", "Write f() returning 2", resolve_model("scripted:r.json"), budget=Budget(), store=store,
+              meta={"bound": 3, "cli": {"tests": str(start / "test_solution.py"), "check": None, "out": None,
+                                        "judge": False, "timeout": 10.0, "cwd": str(start)}})
+    store.release_lease(run.run_id, run.owner)  # the process that started it is gone
+    assert store.get_run(run.run_id).meta["model_spec"] == f"scripted:{here / 'r.json'}"
+    result = runner.invoke(app, ["resume", run.run_id[:10], "--trace", "trace.db"])
+    assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
+
+
 def test_resume_hint_for_python_runs_is_valid(tmp_path):
     from reflexa.runtime import Run
 
     store = SQLiteStore(tmp_path / "t.db")
-    run = Run("trials", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=store)
+    run = Run("trials", "t", ScriptedModel([]), budget=Budget(), store=store)
     result = runner.invoke(app, ["resume", run.run_id[:8], "--trace", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and f"trials(..., resume='{run.run_id[:12]}')" in result.output
 
@@ -365,14 +398,14 @@ def test_a_run_another_live_process_works_on_cannot_be_resumed(tmp_path):
     try:
         run_id = holder.stdout.readline().strip()
         with pytest.raises(RunLeased) as refused:
-            Run("refine", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=SQLiteStore(path),
+            Run("refine", "t", ScriptedModel([]), budget=Budget(), store=SQLiteStore(path),
                 resume=run_id)
         assert str(holder.pid) in str(refused.value) and "since" in str(refused.value)
     finally:
         holder.kill()
         holder.wait()
     # The holder is gone: its lease is stale, and the run can be taken over.
-    run = Run("refine", "t", ScriptedModel([]), budget=__import__("reflexa").Budget(), store=SQLiteStore(path),
+    run = Run("refine", "t", ScriptedModel([]), budget=Budget(), store=SQLiteStore(path),
               resume=run_id)
     assert run.run_id == run_id and os.getpid() > 0
 

@@ -585,3 +585,25 @@ def test_a_resumed_step_with_other_arguments_is_a_new_call(tmp_path):
     assert charges == [5, 6] and result.passed
     first = next(s for s in SQLiteStore(path).steps(run_id) if s.kind == "react").payload()
     assert first.superseded and not first.replayed and "charged 6" in first.observation
+
+
+def test_a_resumed_trials_run_still_counts_what_its_earlier_trials_spent():
+    from reflexa import RegexCheck
+    from reflexa.errors import RunInterrupted
+    from reflexa.runtime import Run
+
+    store, model, started = MemoryStore(), ScriptedModel(default="BAD"), []
+
+    def attempt(lessons, budget):
+        started.append(budget)
+        if len(started) == 2:
+            raise KeyboardInterrupt  # Ctrl-C as the second trial starts
+        return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store), budget=budget,
+                      lessons=lessons, max_attempts=3, explain=False)
+
+    with pytest.raises(RunInterrupted) as stopped:
+        trials("say GOOD", attempt, session=Session(model=model, store=store), budget=Budget(max_calls=10),
+               max_trials=3)
+    spent = sum(s.usage.calls for s in store.steps(stopped.value.run_id))
+    resumed = Run("trials", "say GOOD", model, budget=Budget(max_calls=10), store=store, resume=stopped.value.run_id)
+    assert spent >= 3 and resumed.meter.total.calls == spent and resumed.meter.remaining().max_calls == 10 - spent

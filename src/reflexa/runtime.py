@@ -110,7 +110,9 @@ class Run:
             self.run_id = uuid.uuid4().hex
             self.next_step = 1
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
-                                           meta={"model": model.name, "budget": budget, **(meta or {})}))
+                                           meta={"model": model.name, "budget": budget,
+                                                 **({"model_spec": model.spec} if model.spec else {}),
+                                                 **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
             self._leased_at = time.monotonic()
             return
@@ -130,6 +132,9 @@ class Run:
         for step in self.resumed_steps:
             if step.role and step.usage.calls:
                 self.meter.record(step.role, step.usage)
+        # The time budget counts what the stored steps took (model calls, checks, tools), not the time the
+        # run lay killed: a resumed run does not start its clock afresh.
+        self.meter.started -= sum(max(0.0, s.ended_at - s.started_at) for s in self.resumed_steps)
 
     def announce(self) -> None:
         """Tell the observer the run is open ("run", RunStarted: the run's id, with its loop, task and

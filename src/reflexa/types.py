@@ -236,7 +236,8 @@ class Budget:
     max_calls: int | None = None
     """Model calls over all roles, re-asks included."""
     max_seconds: float | None = None
-    """Wall-clock seconds from the start of the run."""
+    """Wall-clock seconds from the start of the run. A resumed run goes on counting from the time its stored
+    steps took before (not the time it lay stopped)."""
     max_reflections: int | None = None
     """Reflector calls; None means the engine's default quota (2). Past it, retries use raw signals."""
 

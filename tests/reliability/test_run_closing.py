@@ -1,5 +1,8 @@
-"""A run is always closed in the store, whatever ends it and whenever: a Ctrl-C just after a step's commit,
-a tool that calls sys.exit, a checkpoint this version cannot read. Found by a bug hunt; each failed before."""
+"""A run's life in the store: always closed, whatever ends it and whenever (a Ctrl-C just after a step's
+commit, a tool that calls sys.exit, a checkpoint this version cannot read); its lease kept while it works;
+its time budget carried across a resume. Found by a bug hunt; each failed before."""
+
+import time
 
 import pytest
 
@@ -119,8 +122,6 @@ def test_a_checkpoint_this_version_cannot_read_is_a_clear_error_and_frees_the_ru
 def test_a_working_run_renews_its_lease():
     """Every quarter of the store's lease TTL, at the next step: a lease held from another host is taken
     for abandoned once its TTL passes unrenewed, and a run may work for longer than that."""
-    import time
-
     from reflexa import Budget
     from reflexa.runtime import Run, Stop
     from reflexa.types import StopReason
@@ -131,3 +132,15 @@ def test_a_working_run_renews_its_lease():
     time.sleep(0.02)
     run.record(Stop(StopReason.PASSED, None))
     assert store.lease(run.run_id).renewed_at > taken
+
+
+def test_a_resumed_run_s_time_budget_counts_what_its_steps_took_before():
+    from reflexa import Budget
+    from reflexa.runtime import ModelCall, Run
+
+    store = MemoryStore()
+    first = Run("refine", "t", ScriptedModel([]), budget=Budget(max_seconds=60), store=store)
+    first.record(ModelCall("slow"), "generator", started_at=time.time() - 45)  # a 45 s call
+    store.release_lease(first.run_id, first.owner)  # killed
+    resumed = Run("refine", "t", ScriptedModel([]), budget=Budget(max_seconds=60), store=store, resume=first.run_id)
+    assert 44 < resumed.meter.elapsed < 50 and resumed.meter.remaining().max_seconds < 16

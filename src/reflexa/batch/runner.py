@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ReflexaError, RunLeased
+from ..models.spec import absolute_spec
 from .results import ResultsFile
 from .schema import TaskLine, read_tasks
 from .worker import BatchConfig, make_row, namespace, run_task, worker_store
@@ -82,17 +83,6 @@ def batch_id(tasks: bytes, loop: str, options: dict[str, Any]) -> str:
     digest = hashlib.sha256(tasks)
     digest.update(json.dumps({"loop": loop, **options}, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:12]
-
-
-def absolute_spec(spec: str | None, base: Path) -> str | None:
-    """A model spec whose target is a file (scripted:FILE, local:PATH.gguf) with that path made absolute, so
-    every worker, wherever it starts, finds the file."""
-    if spec is None or ":" not in spec:
-        return spec
-    kind, _, target = spec.partition(":")
-    if target and not target.startswith(("http://", "https://", "/")) and (base / target).is_file():
-        return f"{kind}:{(base / target).resolve()}"
-    return spec
 
 
 def pick_executor(executor: str, model: str | None) -> str:

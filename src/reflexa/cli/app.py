@@ -399,12 +399,12 @@ def resume(
             raise ConfigError(f"run {record.run_id[:12]} is sub-goal {meta.get('subgoal')} of a plan",
                               hint=f"resume the plan: reflexa resume {str(meta['parent'])[:12]}")
         if record.loop == "plan" and meta.get("toolset") == "sql":
-            result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+            result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
                                validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
                                trace=trace, resume=record.run_id)
         elif record.loop == "react" and meta.get("toolset") == "sql":
-            result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or meta.get("model"),
+            result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=True, out=out,
                                 trace=trace, resume=record.run_id)
@@ -418,16 +418,29 @@ def resume(
         _finish_cli(result, out)
 
 
+def _spec_of(record) -> str | None:  # noqa: ANN001 - a RunRecord
+    """The model spec a run was started with (its files made absolute), else its model's name."""
+    return record.meta.get("model_spec") or record.meta.get("model")
+
+
 def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     import os
 
     from ..loops.refine import refine as run_refine
+    from ..models.spec import absolute_spec
+    from ..trace.postgres import is_url
 
     cli = record.meta["cli"]
+    # Files named on this command line are where the user is now, not where the run started.
+    model = absolute_spec(model, Path.cwd())
+    trace = trace if trace is None or is_url(trace) else str(Path(trace).resolve())
+    if not Path(cli["cwd"]).is_dir():
+        raise ConfigError(f"run {record.run_id[:12]} started in {cli['cwd']}, which is gone",
+                          hint="its --tests and --check were relative to it")
     os.chdir(cli["cwd"])  # --check and --tests were given relative to where the run started
     checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
                            judge=cli["judge"], timeout=cli["timeout"])
-    session, tracker = session_for(model or record.meta.get("model"), trace, out)
+    session, tracker = session_for(model or _spec_of(record), trace, out)
     return run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
                                                         max_attempts=record.meta.get("bound", 3),
                                                         context=record.meta.get("context", "latest"),
@@ -440,7 +453,7 @@ def _resume_research(record, model, budget, *, out: Output, trace: str | None): 
 
     cli = record.meta["cli"]
     backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
-    session, tracker = session_for(model or record.meta.get("model"), trace, out)
+    session, tracker = session_for(model or _spec_of(record), trace, out)
     result = run_cli(session, tracker, lambda: run_research(record.task, backend, session=session, budget=budget,
                                                             max_rounds=record.meta.get("bound", 2),
                                                             cache=SearchCache(session.store), meta={"cli": cli},

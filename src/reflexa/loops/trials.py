@@ -70,7 +70,8 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
             run.meter.record(role, usage)
         s.output, s.best, s.verdict = last.output, last.best, last.verdict
         s.last_stop, s.last_error = last.stop_reason, last.error
-        run.record(Trial(s.trials, list(s.memory), last.run_id, last.stop_reason, last.output),
+        # Role "trial": a resumed run counts a step's usage against its budget only when the step has a role.
+        run.record(Trial(s.trials, list(s.memory), last.run_id, last.stop_reason, last.output), "trial",
                    usage=Usage.total(last.usage.values()))
         if not engine.gate(s.trials, [_signal(last)]):
             return Stop(last.stop_reason)  # PASSED, or ANSWERED_UNVERIFIED: a trial nothing could check

@@ -48,6 +48,9 @@ class Model(ABC):
     """A chat model. Subclasses implement `_generate`; parsing and validation live here, once."""
 
     name: str = "model"
+    spec: str | None = None
+    """The spec string `resolve` built it from (a file in it made absolute): what a resumed run rebuilds
+    its model from. None for a model made in Python."""
     streams: ClassVar[bool] = False
     """The backend's `_generate` takes `on_token=` and calls it with each piece of text as it comes.
     Backends that cannot stream leave this False and are never passed one (so a plugin's `_generate`

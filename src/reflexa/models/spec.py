@@ -3,6 +3,8 @@ then `local`. The backend comes from the registry (`reflexa.models` entry points
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import ConfigError
 from .base import Model
 from .config import CONFIG_NAME, config_paths, configured_spec
@@ -11,7 +13,8 @@ from .registry import Availability, all_availability, load, names
 SPEC_HELP = ("local[:NAME|:PATH.gguf], openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
              "scripted:FILE.json")
 
-__all__ = ["CONFIG_NAME", "SPEC_HELP", "Availability", "availability", "config_paths", "configured_spec", "resolve"]
+__all__ = ["CONFIG_NAME", "SPEC_HELP", "Availability", "absolute_spec", "availability", "config_paths",
+           "configured_spec", "resolve"]
 
 
 def resolve(spec: str | None = None) -> Model:
@@ -27,7 +30,20 @@ def resolve(spec: str | None = None) -> Model:
     if kind not in registered:
         raise ConfigError(f"unknown model spec {spec!r}: no backend {kind!r}",
                           hint=f"registered backends: {', '.join(registered)} (e.g. {SPEC_HELP})")
-    return load(kind).create(target)
+    model = load(kind).create(target)
+    model.spec = absolute_spec(spec, Path.cwd())
+    return model
+
+
+def absolute_spec(spec: str | None, base: Path) -> str | None:
+    """A model spec whose target is a file (scripted:FILE, local:PATH.gguf) with that path made absolute, so
+    a worker or a resume, wherever it starts, finds the file."""
+    if spec is None or ":" not in spec:
+        return spec
+    kind, _, target = spec.partition(":")
+    if target and not target.startswith(("http://", "https://", "/")) and (base / target).is_file():
+        return f"{kind}:{(base / target).resolve()}"
+    return spec
 
 
 def availability() -> list[Availability]:
