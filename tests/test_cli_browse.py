@@ -43,7 +43,7 @@ def dead_pid() -> int:
 
 def test_a_run_whose_process_died_is_stale_not_running(store):
     store.start_run(RunRecord("deadbeef" * 4, "react", "killed midway", started_at=time.time(),
-                              meta={"model": "scripted"}))
+                              meta={"model": "scripted", "toolset": "sql"}))  # as `reflexa react` starts it
     store.acquire_lease("deadbeef" * 4, "gone", dead_pid())
     rows = json.loads(invoke("runs", "--json").output)
     assert {r["run_id"][:8]: r["status"] for r in rows} == {"deadbeef": "stale", rows[1]["run_id"][:8]: "finished"}
@@ -51,6 +51,11 @@ def test_a_run_whose_process_died_is_stale_not_running(store):
     assert [r["loop"] for r in json.loads(invoke("runs", "--status", "stale", "--json").output)] == ["react"]
     shown = invoke("show", "deadbeef")
     assert "no live process holds it" in shown.output and "reflexa resume deadbeef" in shown.output
+    # What `reflexa resume` cannot rebuild gets the Python call, never a command that refuses it.
+    store.start_run(RunRecord("feedbead" * 4, "trials", "t", started_at=time.time(), meta={"model": "scripted"}))
+    store.acquire_lease("feedbead" * 4, "gone", dead_pid())
+    hint = " ".join(invoke("show", "feedbead").output.split())
+    assert "trials(..., resume='feedbeadfeed')" in hint and "reflexa resume feedbead" not in hint
 
 
 def test_runs_filters_and_json_fields(store):

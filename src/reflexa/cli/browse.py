@@ -191,9 +191,24 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
             console.print(escape(line))
     if status == "stale":
         console.print("[magenta]this run is stored as running, but no live process holds it[/magenta] (killed?); "
-                      f"continue it with: reflexa resume {record.run_id[:12]}", highlight=False, soft_wrap=True)
+                      f"continue it with: {escape(resume_hint(record))}", highlight=False, soft_wrap=True)
     elif status == "running":
         console.print("[cyan]this run is in progress in another process[/cyan]", highlight=False)
     elif status != "finished":
         console.print(f"[yellow]this run is {escape(status)}[/yellow]; continue it with: "
-                      f"reflexa resume {record.run_id[:12]}", highlight=False, soft_wrap=True)
+                      f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)
+
+
+def resume_hint(record: RunRecord) -> str:
+    """How to continue an unfinished run: `reflexa resume` takes the runs the CLI can rebuild (see its
+    command), the rest are resumed from Python."""
+    meta, short = record.meta, record.run_id[:12]
+    if "parent" in meta:
+        return f"reflexa resume {str(meta['parent'])[:12]} (the plan this sub-goal belongs to)"
+    if (record.loop in ("react", "plan") and meta.get("toolset") == "sql") or (
+            record.loop in ("refine", "research") and "cli" in meta):
+        return f"reflexa resume {short}"
+    if record.loop == "trials":
+        return (f"reflexa resume on its unfinished trial (a react run: reflexa runs --status stale), or from "
+                f"Python: trials(..., resume={short!r})")
+    return f"{record.loop}(..., resume={short!r}) from Python"
