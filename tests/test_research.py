@@ -363,5 +363,5 @@ def test_pdf_files_are_indexed_when_pypdf_is_installed(tmp_path):
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     corpus = LocalCorpus.for_folder(folder)
     report = corpus.index(folder)
-    assert report.added == 1 and report.skipped == 1
+    assert report.added == 1 and report.skipped == 1 and report.unreadable == ("broken.pdf",)
     assert "343 metres" in corpus.search("Millau viaduct height", 1)[0].snippet

@@ -481,7 +481,10 @@ def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and
         from ..search import LocalCorpus
 
         report = LocalCorpus.for_folder(folder).index(folder)
-        skipped = f"; {report.skipped} skipped (PDF needs: pip install 'reflexa[pdf]')" if report.skipped else ""
+        pdfs = report.skipped - len(report.unreadable)
+        skipped = (f"; {pdfs} PDF(s) skipped (PDF needs: pip install 'reflexa[pdf]')" if pdfs else "") + (
+            f"; could not read {len(report.unreadable)}: {', '.join(report.unreadable[:5])}" if report.unreadable
+            else "")
         console.print(f"indexed {folder}: {report.added} added, {report.updated} updated, {report.unchanged} "
                       f"unchanged, {report.removed} removed; {report.passages} passages{skipped}", markup=False,
                       highlight=False)

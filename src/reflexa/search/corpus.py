@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import html
 import importlib.util
+import logging
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ def _text(path: Path) -> tuple[str, str]:
     if path.suffix.lower() == ".pdf":
         from pypdf import PdfReader  # optional: the caller skips PDFs when pypdf is missing
 
+        logging.getLogger("pypdf").setLevel(logging.ERROR)  # a broken file is reported once, by the caller
         reader = PdfReader(path)
         title = (reader.metadata.title if reader.metadata and reader.metadata.title else path.stem)
         return title, "\n\n".join(page.extract_text() or "" for page in reader.pages)
@@ -74,7 +76,9 @@ class IndexReport:
     removed: int
     passages: int
     skipped: int = 0
-    """Files that could not be read (a PDF without the `pdf` extra, or a broken one)."""
+    """Files that could not be read: PDFs without the `pdf` extra, and the `unreadable` ones."""
+    unreadable: tuple[str, ...] = ()
+    """Files whose parsing failed (a broken PDF, say), by path in the folder."""
 
 
 class LocalCorpus:
@@ -102,7 +106,7 @@ class LocalCorpus:
 
     def index(self, folder: str | Path) -> IndexReport:
         folder = Path(folder).resolve()
-        seen, added, updated, unchanged, skipped = set(), 0, 0, 0, 0
+        seen, added, updated, unchanged, skipped, unreadable = set(), 0, 0, 0, 0, []
         can_pdf = importlib.util.find_spec("pypdf") is not None
         known = dict(self.db.execute("SELECT path, sha256 FROM files"))
         with self.db:
@@ -118,8 +122,9 @@ class LocalCorpus:
                     continue
                 try:
                     title, text = _text(path)
-                except Exception:  # noqa: BLE001 - a broken file must not stop the index: count it and go on
+                except Exception:  # noqa: BLE001 - a broken file must not stop the index: name it and go on
                     skipped += 1
+                    unreadable.append(key)
                     continue
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
                 self.db.executemany("INSERT INTO passages (title, body, path, position) VALUES (?, ?, ?, ?)",
@@ -131,7 +136,7 @@ class LocalCorpus:
                 self.db.execute("DELETE FROM passages WHERE path = ?", (key,))
                 self.db.execute("DELETE FROM files WHERE path = ?", (key,))
         total = self.db.execute("SELECT count(*) FROM passages").fetchone()[0]
-        return IndexReport(added, updated, unchanged, len(removed), total, skipped)
+        return IndexReport(added, updated, unchanged, len(removed), total, skipped, tuple(unreadable))
 
     @property
     def cache_key(self) -> str:
