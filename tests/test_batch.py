@@ -68,15 +68,24 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
         [1, 2],
         {"task": "", "regex": "("},
         {"task": "x", "db": "shop.sqlite", "regex": "x"},
+        {"task": "x", "json_schema": {"type": "nonsense"}},
     ])
     with pytest.raises(ConfigError) as rejected:
         read_tasks(path, "refine")
     message = str(rejected.value)
     for expected in ("line 2: not JSON", "line 3: a refine task needs a check", "line 5: regx: unknown field",
                      "line 7: tests: file not found: missing.py", "line 7: id 'a' is already used on line 6",
-                     "line 8: must be a JSON object", "line 9: task:", "line 10: db: not a field of a refine task"):
+                     "line 8: must be a JSON object", "line 9: task:", "line 10: db: not a field of a refine task",
+                     "line 11: json_schema: not a valid JSON schema"):
         assert expected in message
     assert "line 1:" not in message and "line 6:" not in message
+
+
+def test_a_react_task_s_db_must_be_an_sqlite_file(tmp_path):
+    (tmp_path / "r.json").write_text("{}")
+    path = write_tasks(tmp_path, [{"task": "How many?", "db": "r.json"}])
+    with pytest.raises(ConfigError, match="line 1: db: not an SQLite database: r.json"):
+        read_tasks(path, "react")
 
 
 def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):

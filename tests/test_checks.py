@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from reflexa import ScriptedModel
+from reflexa.errors import ConfigError
 from reflexa.evaluate.checks import (
     CheckContext,
     CommandCheck,
@@ -74,6 +75,8 @@ def test_json_schema_check():
     missing = check.run('{"other": 1}', CheckContext())
     assert missing.code is ErrorCode.SCHEMA and "name" in missing.message
     assert check.run("not json", CheckContext()).score == 0.0
+    with pytest.raises(ConfigError, match="not a valid JSON schema"):
+        JsonSchemaCheck({"type": "nonsense"})
 
 
 def test_regex_check():

@@ -99,6 +99,13 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
                 re.compile(task.regex)
             except re.error as exc:
                 problems.append(f"regex: {exc}")
+        if task.json_schema is not None:
+            import jsonschema
+
+            try:
+                jsonschema.Draft202012Validator.check_schema(task.json_schema)
+            except jsonschema.SchemaError as exc:
+                problems.append(f"json_schema: not a valid JSON schema: {exc.message}")
         out = Path(task.out)
         if out.is_absolute() or ".." in out.parts:
             problems.append(f"out: must be a relative path inside the folder, got {task.out}")
@@ -107,6 +114,8 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
             problems.append("db: required for a react task (an SQLite file)")
         elif not (base / task.db).is_file():
             problems.append(f"db: file not found: {task.db}")
+        elif not _is_sqlite(base / task.db):
+            problems.append(f"db: not an SQLite database: {task.db}")
         if task.validate_ is not None and not task.validate_.strip():
             problems.append("validate: empty")
     elif task.search == "local":
@@ -115,6 +124,11 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
         elif not (base / task.corpus).is_dir():
             problems.append(f"corpus: not a folder: {task.corpus}")
     return problems
+
+
+def _is_sqlite(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(16) == b"SQLite format 3\x00"
 
 
 def _absolute(task: TaskLine, base: Path, line: int) -> TaskLine:

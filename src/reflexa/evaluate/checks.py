@@ -364,7 +364,10 @@ class JsonSchemaCheck:
     def __init__(self, schema: dict[str, Any]) -> None:
         import jsonschema
 
-        jsonschema.Draft202012Validator.check_schema(schema)
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ConfigError(f"not a valid JSON schema: {exc.message}") from None
         self.validator = jsonschema.Draft202012Validator(schema)
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
