@@ -147,8 +147,11 @@ def test_pytest_check_cannot_be_faked(cheat):
 def test_pytest_check_refuses_a_file_that_collects_nothing(tmp_path):
     tests = tmp_path / "test_empty.py"
     tests.write_text("from solution import f\n")
-    signal = PytestCheck(tests).run("def f():\n    return 1\n", CheckContext())
-    assert not signal.ok and signal.code is ErrorCode.TEST_FAILED and "no tests" in signal.message
+    with pytest.raises(ConfigError, match="defines no test"):  # before any model call is spent on it
+        PytestCheck(tests)
+    tests.write_text("# Tests\n\n- f() returns 1\n")  # a task's markdown given as the tests
+    with pytest.raises(ConfigError, match="not valid Python"):
+        PytestCheck(tests)
 
 
 HUMANEVAL_TESTS = ("def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0], 0.3) == True\n"

@@ -299,6 +299,12 @@ class PytestCheck:
         self.sandbox = sandbox or Sandbox()
         self.name = f"pytest:{self.tests.name}"
         self._expected = _test_names(self.test_source)
+        # A test file that cannot pass any candidate is the user's mistake: say so before a model call.
+        if self._expected is None:
+            raise ConfigError(f"the test file {self.tests} is not valid Python", hint="run pytest on it first")
+        if not self._expected:
+            raise ConfigError(f"the test file {self.tests} defines no test",
+                              hint="pytest collects test_* functions and the test_* methods of Test* classes")
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
         argv = [sys.executable, "-I", "-c", _harness_source(), "pytest", self.tests.name]
