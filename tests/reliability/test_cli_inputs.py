@@ -2,6 +2,7 @@
 
 import json
 import os
+import sqlite3
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +21,8 @@ def work(tmp_path, monkeypatch):
     (tmp_path / "adir").mkdir()
     (tmp_path / "replies.json").write_text(json.dumps(["```\nx\n```"]))
     (tmp_path / "notdb.sqlite").write_text("hello")
+    (tmp_path / "syntax.py").write_text("def test_x(:\n")
+    sqlite3.connect(tmp_path / "shop.sqlite").execute("CREATE TABLE t (x)").connection.commit()
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     os.symlink("/tmp/elsewhere.py", tmp_path / "link.py")
     return tmp_path
@@ -43,6 +46,11 @@ CASES = [
     (["react", "q", "--db", "adir"], "database not found"),
     (["react", "q", "--db", "missing.sqlite"], "database not found"),
     (["research", "q", "--corpus", "missing"], "corpus"),
+    (["index", "tests.py"], "is a file, not a folder"),
+    (["react", "  ", "--db", "shop.sqlite"], "the goal is empty"),
+    (["runs", "--loop", "bogus"], "--loop must be one of refine, react, research, trials, plan"),
+    (["refine", "--task", "t", "--tests", "syntax.py"], "not valid Python"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", "tests.py"], "would overwrite the --tests file"),
     (["research", "q"], "--corpus is required"),
     (["show", "%"], "no run has an id starting with"),
     (["show", "_"], "no run has an id starting with"),

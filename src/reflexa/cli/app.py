@@ -78,6 +78,9 @@ def open_store(target: str | None):  # noqa: ANN201 - a Store, imported lazily
     return open_trace(target)
 
 
+LOOPS = ("refine", "react", "research", "trials", "plan")
+"""The loops a stored run can be of."""
+
 EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
 """How a run's stop reason maps to the exit status; every other reason (a run stopped without passing) is 3.
 2 is bad input."""
@@ -302,6 +305,8 @@ def react(
 
         out = output(as_json, jsonl, quiet, verbose)
         check_database(db)
+        if not goal.strip():
+            raise ConfigError("the goal is empty")
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
                         max_reflections=max_reflections)
         result = _react_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
@@ -620,8 +625,8 @@ def experience_cmd(
 @app.command()
 def runs(
     limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
-    loop: Annotated[str | None, typer.Option("--loop", help="Only runs of this loop: refine, react, research, "
-                    "trials.", show_default=False)] = None,
+    loop: Annotated[str | None, typer.Option("--loop", help=f"Only runs of this loop: {', '.join(LOOPS)}.",
+                    show_default=False)] = None,
     status: Annotated[str | None, typer.Option("--status", help="Only runs with this status (running, stale, "
                       "finished, interrupted) or stop reason (PASSED, ...). stale: stored as running, but its "
                       "process is gone.", show_default=False)] = None,
@@ -634,6 +639,9 @@ def runs(
     with clean_errors():
         from .browse import parse_since, parse_status, run_data, runs_table, select_runs
 
+        if loop is not None and loop.lower() not in LOOPS:
+            raise ConfigError(f"--loop must be one of {', '.join(LOOPS)}, not {loop!r}")
+        loop = loop.lower() if loop is not None else None
         wanted = parse_status(status) if status is not None else None
         start = parse_since(since) if since is not None else None
         rows = select_runs(open_store(trace), limit=limit, loop=loop, status=wanted, since=start)

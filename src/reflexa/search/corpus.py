@@ -101,7 +101,8 @@ class LocalCorpus:
         """The corpus whose index lives beside the documents, in `<folder>/.reflexa-index.sqlite`."""
         folder = Path(folder)
         if not folder.is_dir():
-            raise ConfigError(f"corpus folder not found: {folder}", hint="give a folder of .md, .txt or .html files")
+            what = "is a file, not a folder" if folder.is_file() else "not found"
+            raise ConfigError(f"corpus folder {what}: {folder}", hint="give a folder of .md, .txt or .html files")
         return cls(folder / ".reflexa-index.sqlite")
 
     def index(self, folder: str | Path) -> IndexReport:
