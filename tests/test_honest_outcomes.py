@@ -272,6 +272,24 @@ def test_cli_resume_reads_its_own_paths_from_here_and_rebuilds_the_run_s_model(t
     assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
 
 
+def test_cli_resume_keeps_the_run_s_no_explain(tmp_path, monkeypatch):
+    from reflexa.runtime import Run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
+    store = SQLiteStore(tmp_path / "trace.db")
+    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=Budget(), store=store,
+              meta={"bound": 3, "cli": {"tests": str(tmp_path / "test_solution.py"), "check": None, "out": None,
+                                        "judge": False, "timeout": 10.0, "explain": False, "cwd": str(tmp_path)}})
+    store.release_lease(run.run_id, run.owner)
+    (tmp_path / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 1\n```",
+                                                 "```python\ndef f():\n    return 2\n```"]))
+    result = runner.invoke(app, ["resume", run.run_id[:10], "--model", "scripted:r.json", "--trace", "trace.db",
+                                 "--json"])
+    data = json.loads(result.output)
+    assert data["stop_reason"] == "PASSED" and "reflector" not in data["usage"], result.output
+
+
 def test_resume_hint_for_python_runs_is_valid(tmp_path):
     from reflexa.runtime import Run
 

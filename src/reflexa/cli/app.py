@@ -214,7 +214,7 @@ def refine(
         text = read_task(task)
         out_name = str(out) if out else None
         cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
-               "judge": judge, "timeout": timeout, "cwd": str(Path.cwd())}
+               "judge": judge, "timeout": timeout, "explain": explain, "cwd": str(Path.cwd())}
         checks = refine_checks(tests=tests, check=check, out=out_name, judge=judge, timeout=timeout)
         session, tracker = session_for(model, trace, out_mode)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
@@ -261,7 +261,8 @@ def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: B
     registry = ToolRegistry(sql_tools(db, write=write))
     validator = sql_validator(db, validate) if validate is not None else None
     session, tracker = session_for(model, trace, out, experience=experience)
-    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate}
+    meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate,
+            "experience": experience}
 
     def one(lessons=(), left=budget, resumed=None):  # noqa: ANN001, ANN202
         return run_react(goal, registry, session=session, budget=left, max_steps=max_steps, validator=validator,
@@ -389,7 +390,7 @@ def resume(
     verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
-    """Continue a killed or interrupted run (refine, react or research) from its last stored step, without repeating a side-effecting tool."""  # noqa: E501 - one line: rich keeps a docstring's line breaks
+    """Continue a killed or interrupted run (refine, react, research or plan) from its last stored step, without repeating a side-effecting tool."""  # noqa: E501 - one line: rich keeps a docstring's line breaks
     with clean_errors():
         from ..types import Budget
 
@@ -411,7 +412,7 @@ def resume(
         elif record.loop == "react" and meta.get("toolset") == "sql":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
-                                validate=meta.get("validate"), experience=True, out=out,
+                                validate=meta.get("validate"), experience=meta.get("experience", True), out=out,
                                 trace=trace, resume=record.run_id)
         elif record.loop == "refine" and "cli" in meta:
             result = _resume_refine(record, model, budget, out=out, trace=trace)
@@ -449,7 +450,8 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     return run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
                                                         max_attempts=record.meta.get("bound", 3),
                                                         context=record.meta.get("context", "latest"),
-                                                        meta={"cli": cli}, resume=record.run_id), out)
+                                                        explain=cli.get("explain", True), meta={"cli": cli},
+                                                        resume=record.run_id), out)
 
 
 def _resume_research(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
