@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from reflexa import MemoryStore, ScriptedModel, Session, StopReason
-from reflexa.evaluate.citations import audit, clean, strip_references
+from reflexa.evaluate.citations import audit, clean, strip_references, verified
 from reflexa.loops.research import research
 from reflexa.loops.research_prompts import Gaps, clean_queries, concrete_gaps
 from reflexa.search import Evidence, LocalCorpus, SearchCache, SearchError, distill
@@ -290,6 +290,32 @@ def test_audit_helpers():
     assert not audit("a [3]", {1}).ok
     assert strip_references("Answer [1].\n\nReferences:\n[1] x") == "Answer [1]."
     assert clean("Good [1]. Bad [4].", {1: "a.md"}) == "Good [1]. [UNCERTAIN: Bad.]"
+    # A references section goes from its heading on; a sentence that starts with the word stays.
+    assert strip_references("A [1].\n## Sources\n- x") == strip_references("A [1].\nSources: [1] x") == "A [1]."
+    kept = "The Rhine is long [1].\nSources of the Rhine lie in the Alps [2].\nReferendums [1]."
+    assert strip_references(kept) == kept
+    assert strip_references("a" + "\n" * 5000 + "b") == "a" + "\n" * 5000 + "b"  # linear: once took minutes
+    # A citation written as a link keeps the citation and loses a link that is no evidence's source.
+    assert clean("Paris [1](https://evil.example).", {1: "docs/paris.md"}) == "Paris [1]."
+    assert not audit("a [01] b", {1}).ok and not audit("a [0]", {1}).ok and not verified("a [١]", {1})
+
+
+def test_the_stop_reason_judges_the_answer_as_returned():
+    """PASSED only when the answer the run returns (references rebuilt, links cut) cites audited evidence."""
+    ev = [Evidence("e1", "https://docs.example/paris", "Paris facts", "Paris is the capital of France.")]
+
+    class Fixed:
+        name = "fixed"
+
+        def search(self, query, k):
+            return ev
+
+    model = ScriptedModel([draft("Unknown.", missing=["capital city of France"],
+                                 queries=["France capital city population facts"]),
+                           draft("The capital is Paris [1](https://evil.example/phish).")])
+    result = research("What is the capital of France?", Fixed(), session=Session(model=model))
+    assert result.passed and result.verdict.status.value == "PASS"
+    assert "evil.example" not in result.output and "The capital is Paris [1]." in result.output
 
 
 def test_cli_index_and_research(tmp_path):

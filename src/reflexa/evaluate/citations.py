@@ -12,17 +12,24 @@ from collections.abc import Collection, Mapping
 
 from ..types import ErrorCode, Signal
 
-_CITE = re.compile(r"\[(\d+)\]")
-_ANY_REF = re.compile(r"\[\s*\^?\s*\d[\d\s,;.\-–]*\]")
+_CITE = re.compile(r"\[([1-9][0-9]*)\]")
+"""A citation: one number in ASCII digits, no leading zero (`[01]` and `[١]` are not the form asked for)."""
+_ANY_REF = re.compile(r"\[\s*\^?\s*[0-9][0-9\s,;.\-–]*\]")
 """Anything that looks like a bracketed reference, valid or not."""
-_REFERENCES = re.compile(r"\n+\s*(#+\s*)?(references?|sources?|bibliography)\s*:?.*\Z", re.IGNORECASE | re.DOTALL)
+_HEADING = re.compile(r"(?:#+ ?)?\**(?:references?|sources?|bibliography)\**:?\**(?: *\[\d.*)?", re.IGNORECASE)
+"""A line (stripped) that opens a references section: the word alone as a heading, or "Sources: [1] ..."."""
 _MD_LINK = re.compile(r"\[([^\]\n]*)\]\((\S+?)\)")
 _URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]]+|www\.[^\s<>()\[\]]+", re.IGNORECASE)
 
 
 def strip_references(answer: str) -> str:
-    """Drop a references or sources section the model wrote itself: references are built from evidence."""
-    return _REFERENCES.sub("", answer).rstrip()
+    """Drop a references or sources section the model wrote itself (from its heading line to the end):
+    references are built from evidence. A sentence that merely starts with "Sources ..." is kept."""
+    lines = answer.split("\n")
+    for number, line in enumerate(lines):
+        if number and _HEADING.fullmatch(line.strip()):
+            return "\n".join(lines[:number]).rstrip()
+    return answer.rstrip()
 
 
 def cited(answer: str) -> list[int]:
@@ -66,8 +73,15 @@ def clean(answer: str, sources: Mapping[int, str]) -> str:
     evidence number to its source."""
     answer = _remove_unknown(answer, sources.keys())
     allowed = {sources[n] for n in cited(answer) if n in sources}
-    answer = _MD_LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else m.group(1), answer)
+    answer = _MD_LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else _link_text(m.group(1), sources),
+                          answer)
     return _URL.sub(lambda m: m.group(0) if m.group(0) in allowed else "", answer).strip()
+
+
+def _link_text(text: str, sources: Mapping[int, str]) -> str:
+    """What stays of a markdown link whose target is no cited evidence's source: its text, and a citation
+    written as the link's text (`[1](url)`) stays a citation."""
+    return f"[{text}]" if text.isdecimal() and text.isascii() and int(text) in sources else text
 
 
 def _remove_unknown(answer: str, retrieved: Collection[int]) -> str:

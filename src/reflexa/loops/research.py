@@ -94,9 +94,18 @@ class ResearchState(Serial):
     def sources(self) -> dict[int, str]:
         return {n: e.source for n, e in enumerate(self.evidence, start=1)}
 
+    def answer(self) -> str | None:
+        """The answer as the run returns it: the model's own references section dropped, unknown citations
+        and links that are no cited evidence's source cut out."""
+        return clean(strip_references(self.draft.answer), self.sources()) if self.draft else None
+
+    def checked(self) -> bool:
+        """The returned answer cites evidence, and the audit passes: what PASSED means for research."""
+        answer = self.answer()
+        return answer is not None and verified(answer, self.sources().keys())
+
     def outcome(self, episode: Episode) -> Outcome:
-        answer = clean(strip_references(self.draft.answer), self.sources()) if self.draft else None
-        checked = answer is not None and verified(answer, self.sources().keys())
+        answer, checked = self.answer(), self.checked()
         verdict = Verdict(Status.PASS if checked else Status.FAIL, (audit(answer or "", self.sources().keys()),))
         details = {"answer": answer,
                    "evidence": [{"n": n, **asdict(e)} for n, e in enumerate(self.evidence, start=1)],
@@ -147,7 +156,8 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
             break
         if why := engine.progress.stalled([], frozenset(x.fingerprint for x in bad)):
             s.notes.append(f"stopped revising: {why}")
-            return Stop(StopReason.NO_PROGRESS)
+            # A gap left open does not undo an answer whose citations the audit passed.
+            return Stop(StopReason.PASSED if s.checked() else StopReason.NO_PROGRESS)
         outcome = engine.handle(bad[0], goal=s.question, facts=[], action=s.draft.answer[:300], snippet=bad[0].message)
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
@@ -160,7 +170,8 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
         ep.checkpoint(s)
     if not s.ran and NO_SEARCH not in " ".join(s.notes):
         s.notes.append(f"{NO_SEARCH}: the draft named no concrete gap")
-    return Stop(StopReason.PASSED if verified(s.draft.answer, s.sources().keys()) else StopReason.ANSWERED_UNVERIFIED)
+    # Judged on the answer as returned, after `clean` (a citation it cut, e.g. a markdown link, is no citation).
+    return Stop(StopReason.PASSED if s.checked() else StopReason.ANSWERED_UNVERIFIED)
 
 
 def _signals(s: ResearchState, bound: int) -> list[Signal]:
