@@ -75,6 +75,10 @@ def test_json_schema_check():
     missing = check.run('{"other": 1}', CheckContext())
     assert missing.code is ErrorCode.SCHEMA and "name" in missing.message
     assert check.run("not json", CheckContext()).score == 0.0
+    # The candidate must be a JSON document: JSON inside prose, or followed by more, is not one.
+    assert not check.run('{"name": "Ada"} // the user record', CheckContext()).ok
+    assert not check.run('{"name": 1}\n{"name": "x"}', CheckContext()).ok
+    assert check.run('```json\n{"name": "x"}\n```', CheckContext()).ok
     with pytest.raises(ConfigError, match="not a valid JSON schema"):
         JsonSchemaCheck({"type": "nonsense"})
 

@@ -95,3 +95,34 @@ def test_a_cut_off_reply_says_so():
         [{"role": "user", "content": "go"}], schema=Reply, max_tokens=5)
     assert completion.truncated and completion.finish_reason == "length"
     assert completion.value is None and "cut off at max_tokens=5" in completion.error
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+@pytest.mark.parametrize("text", [
+    '{"answer": "Paris"}\nFormat used: {"key": "value"}',  # an example after the answer
+    'Use a dict literal, it starts with {\n{"answer": "Paris"}',  # a stray brace in prose before it
+    '```json\n{"answer": "Paris"}\n```\nExample:\n```json\n{"k": 1}\n```',  # a second fence after it
+    'He said "{" then:\n{"answer": "Paris"}',  # a brace inside a quote in prose
+])
+def test_parse_takes_the_first_place_that_validates_not_the_first_that_parses(text):
+    assert parse(text, Answer) == (Answer(answer="Paris"), None)
+
+
+def test_a_reply_cut_off_inside_a_string_is_still_parsed_in_one_pass():
+    from reflexa.structured import json_depth
+
+    cut = '{"answer": "' + 'x "' * 20_000  # every quote opens a string that never closes
+    assert parse(cut, Answer)[0] is None and json_depth(cut) == 1
+    assert json_depth('["[", {"a": ["]"]}]') == 3
+
+
+def test_a_json_document_is_only_json():
+    from reflexa.structured import json_document
+
+    assert json_document(' ```json\n{"a": 1}\n``` ') == {"a": 1} == json_document('{"a": 1}\n')
+    for text in ('{"a": 1} // a comment', '{"a": 1}\n{"a": 2}', 'Here: {"a": 1}'):
+        with pytest.raises(ValueError):
+            json_document(text)

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, field_validator
 
 from ..errors import ConfigError
-from ..structured import Message, Text300, extract_json
+from ..structured import Message, Text300, json_document
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap
 from .sandbox import ExecResult, Limits, Sandbox
 
@@ -378,9 +378,10 @@ class JsonSchemaCheck:
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
         try:
-            data = extract_json(candidate)
+            data = json_document(candidate)  # the candidate must *be* JSON, not hold some inside prose
         except ValueError as exc:
-            return Signal(self.name, False, ErrorCode.SCHEMA, str(exc), cap(candidate, 300), score=0.0)
+            return Signal(self.name, False, ErrorCode.SCHEMA, f"the candidate is not a JSON document: {exc}",
+                          cap(candidate, 300), score=0.0)
         errors = list(self.validator.iter_errors(data))
         if not errors:
             return Signal(self.name, True, message="valid", score=1.0)
