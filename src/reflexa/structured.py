@@ -29,7 +29,6 @@ Text300 = Annotated[str, AfterValidator(_cut(300)), WithJsonSchema({"type": "str
 Text2000 = Annotated[str, AfterValidator(_cut(2000)), WithJsonSchema({"type": "string", "maxLength": 2000})]
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects a reply may have. Deeper JSON is refused before it is parsed:
