@@ -120,6 +120,22 @@ def test_experience_library_serves_a_second_run_without_the_reflector():
     assert entry.hits == 1 and entry.successes == 2
 
 
+def test_only_a_tool_s_own_failures_share_a_repair_across_goals():
+    """A tool's error is repaired alike whatever the goal; a repeated thought, low confidence or an empty
+    final answer reads the same for every goal, so its repair is kept to its own goal."""
+    from reflexa.reflect.engine import experience_key
+
+    def keys(signal):
+        return {experience_key(signal, goal) for goal in ("How many orders?", "Refund order 17")}
+
+    assert len(keys(Signal("tool:query", False, ErrorCode.NOT_FOUND, "no such table: ordrs"))) == 1
+    for signal in (Signal("tool:final_answer", False, ErrorCode.EMPTY, "the final answer is empty"),
+                   Signal("tool:lookup", False, ErrorCode.REPEATED, "repeated thought"),
+                   Signal("tool:lookup", False, ErrorCode.LOW_CONFIDENCE, "confidence 0.1"),
+                   Signal("trial", False, ErrorCode.TEST_FAILED, "trial ended max_iterations")):
+        assert len(keys(signal)) == 2, signal
+
+
 def test_a_full_library_keeps_the_lesson_it_just_learnt():
     """The newest entry has no successes yet, so it ranks lowest: eviction must pick among the others."""
     from reflexa import Lesson

@@ -30,16 +30,20 @@ DEFAULT_QUOTA = 2
 """Reflector calls per run when the budget sets no max_reflections."""
 NO_FACTS = Facts()
 """The classifier's facts when the caller knows nothing beyond the signal (Facts is frozen: one is enough)."""
-GOAL_BOUND = frozenset({ErrorCode.VALIDATION_FAILED})
-"""Failures that judge the answer to one goal rather than a tool's behaviour. A validator's "does not match"
-reads the same for every question, and a repair learnt on one question is no repair for another, so their
-experience entries are keyed to the goal as well (a tool's error, by contrast, is repaired alike whatever
-the goal)."""
+TOOL_BOUND = frozenset({ErrorCode.TIMEOUT, ErrorCode.SCHEMA, ErrorCode.EMPTY, ErrorCode.TOOL_ERROR,
+                        ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENT, ErrorCode.PERMISSION, ErrorCode.BLOCKED,
+                        ErrorCode.TOO_LONG, ErrorCode.RESOURCE_LIMIT})
+"""Failures that describe a tool's behaviour: repaired alike whatever the goal, so their experience entries
+are shared across goals. Every other failure judges the answer to one goal or the agent's conduct on it (a
+validator's "does not match", a repeated thought, low confidence, an empty final answer, failed tests) and
+reads the same for every goal, so a repair learnt on one goal is no repair for another: its entry is keyed
+to the goal as well."""
 
 
 def experience_key(signal: Signal, goal: str) -> str:
-    """The experience library's key for a failure: its fingerprint, plus the goal's for GOAL_BOUND codes."""
-    if signal.code not in GOAL_BOUND:
+    """The experience library's key for a failure: its fingerprint, plus the goal's unless it is a tool's
+    own failure (TOOL_BOUND, from a tool other than the final answer)."""
+    if signal.code in TOOL_BOUND and signal.source.startswith("tool:") and signal.source != "tool:final_answer":
         return signal.fingerprint
     digest = hashlib.sha256(" ".join(goal.lower().split()).encode()).hexdigest()[:16]
     return f"{signal.fingerprint}|goal:{digest}"
