@@ -219,6 +219,20 @@ def test_partial_and_failed_searches_are_named():
     assert statuses == {"bridge span length": "ok", "bridge opening year": "failed"}
 
 
+def test_a_backend_s_unusable_result_is_a_failed_query_not_a_crash():
+    class Odd:
+        name = "odd"
+
+        def search(self, query, k):
+            return [{"title": "a web row", "body": None}["href"]]  # a row missing the field its parser reads
+
+    model = ScriptedModel([draft("Unknown.", missing=["bridge span length"], queries=["bridge span length"]),
+                           draft("Unknown, still.")])
+    result = research("How long is the bridge span?", Odd(), session=Session(model=model), max_rounds=1)
+    (query,) = result.details["queries"]
+    assert query["status"] == "failed" and "odd gave an unusable result: KeyError" in query["error"]
+
+
 def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
     corpus, _ = corpus
     model = ScriptedModel(

@@ -223,7 +223,9 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
     run.status(f"searching: {query}")
     try:
         hits = [distill(e, query) for e in backend.search(query, k)]
-    except (SearchError, OSError, TimeoutError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a backend's odd reply (a row without a field) is a failed query
+        if not isinstance(exc, (SearchError, OSError, TimeoutError)):
+            exc = SearchError(f"{backend.name} gave an unusable result: {type(exc).__name__}: {exc}")
         s.failed[query] = str(exc) or type(exc).__name__
         run.record(Searched(query, "failed", error=str(exc)), Role.SEARCH, usage=Usage(calls=1), started_at=started)
         return []
