@@ -305,6 +305,23 @@ def test_other_hosts_are_refused_on_loopback(trace):
     client = client_for(path, allowed_hosts=LOOPBACK_HOSTS)
     assert client.get("/", headers={"host": "127.0.0.1:8765"}).status_code == 200
     assert client.get("/", headers={"host": "rebound.example:8765"}).status_code == 400
+    assert client.get("/", headers={"host": "[::1]:8765"}).status_code == 200  # so IPv6 loopback is guarded too
+
+
+def test_the_server_guards_the_host_header_on_ipv6_loopback_too(tmp_path, monkeypatch):
+    from reflexa.ui import server
+
+    made = {}
+
+    def fake_create_app(trace, *, allowed_hosts):
+        made["allowed"] = allowed_hosts
+        raise SystemExit  # enough: what the server asked for is known
+
+    monkeypatch.setattr("reflexa.ui.app.create_app", fake_create_app)
+    for host in ("127.0.0.1", "::1"):
+        with pytest.raises(SystemExit):
+            server.serve(tmp_path / "t.db", host=host, port=0)
+        assert made["allowed"] is not None and host in made["allowed"]
 
 
 def test_metrics_endpoint(trace, monkeypatch):

@@ -45,9 +45,9 @@ def serve(trace: str | Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PO
     except ImportError as exc:
         raise ConfigError(f"the trace viewer needs fastapi, uvicorn and jinja2 ({exc.name} is missing)",
                           hint="pip install 'reflexa[ui]'") from None
-    # On loopback, only loopback Host headers: another site's page that rebinds its name to 127.0.0.1
-    # must not read the trace through the user's browser.
-    allowed = [*LOOPBACK_HOSTS, host] if is_loopback(host) and ":" not in host else None
+    # On loopback (IPv4 or IPv6), only loopback Host headers: another site's page that rebinds its name to
+    # 127.0.0.1 or ::1 must not read the trace through the user's browser.
+    allowed = [*LOOPBACK_HOSTS, host] if is_loopback(host) else None
     app = create_app(trace, allowed_hosts=allowed)
     sock = listen(host, port)
     bound_port = sock.getsockname()[1]
