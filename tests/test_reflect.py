@@ -103,6 +103,27 @@ def test_governor_cuts_retries_after_enough_non_converting_samples():
     assert stats.samples >= 10 and stats.conversions == 0
 
 
+def test_governor_learns_nothing_from_an_answer_nothing_checked():
+    """A react run with no validator ends ANSWERED_UNVERIFIED: whether its retries converted is unknown, so it
+    is no sample (counted as a failed conversion, such runs cut the reflections of validated ones)."""
+    from reflexa import react, tool
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        raise KeyError(key)
+
+    store = MemoryStore()
+    governor = Governor(store, min_samples=2, probe_rate=0.0)
+    for i in range(5):
+        model = ScriptedModel([{"action": {"thought": "t", "tool": "lookup", "args": {"key": "k"}, "confidence": 1}}],
+                              default={"action": {"thought": "t", "tool": "final_answer", "args": {"answer": "x"},
+                                                  "confidence": 1}})
+        result = react(f"question {i}", [lookup], session=Session(model=model, store=store, governor=governor))
+        assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED
+    assert governor.stats("scripted", "react").samples == 0
+
+
 def test_governor_probes_at_its_rate():
     store = MemoryStore()
     never_converts(store, Governor(store, min_samples=5, probe_rate=0.0), 30)

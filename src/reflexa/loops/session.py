@@ -132,7 +132,9 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
                             iterations=outcome.iterations, error=error, notes=notes, details=outcome.details,
                             counters={**engine.finish(None if reason is StopReason.INTERRUPTED
                                                       else reason is StopReason.PASSED), **outcome.counters})
-        if session.governor and reason is not StopReason.INTERRUPTED:
+        # An interrupted run has not ended, and an answer nothing checked cannot tell a conversion from a
+        # failure: neither says anything about whether retries pay.
+        if session.governor and reason not in (StopReason.INTERRUPTED, StopReason.ANSWERED_UNVERIFIED):
             session.governor.record(model.name, family, task, retried=outcome.retried, converted=result.passed,
                                     retry_tokens=outcome.retry_tokens)
         return result
