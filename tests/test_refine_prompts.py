@@ -21,3 +21,9 @@ def test_traceback_summary_names_the_failing_line():
         '  File "program.py", line 7, in check\n    assert candidate(2) == 4\nAssertionError'
     )
     assert _last_line(output) == "AssertionError at `assert candidate(2) == 4`"
+
+
+def test_a_longer_fence_holds_shorter_ones():
+    """A markdown answer in a ```` fence keeps the ``` blocks inside it (it was cut at the first one)."""
+    reply = "````markdown\n# Usage\n\nRun:\n\n```sh\nmytool --help\n```\n\nDone.\n````\nMore text."
+    assert split_reply(reply) == ("", "# Usage\n\nRun:\n\n```sh\nmytool --help\n```\n\nDone.")

@@ -12,16 +12,17 @@ from ..types import Lesson
 
 REVISE = "Write a corrected, complete answer in one fenced code block."
 
-_FENCE = re.compile(r"```[\w+-]*\n?(.*?)```", re.DOTALL)
-_OPEN_FENCE = re.compile(r"```[\w+-]*\n(.*)\Z", re.DOTALL)
+_FENCE = re.compile(r"(`{3,})[\w+-]*\n?(.*?)\1(?!`)", re.DOTALL)
+"""A fenced block, closed by a fence as long as the one that opened it: a markdown answer in a ```` fence
+may hold ``` blocks of its own."""
+_OPEN_FENCE = re.compile(r"`{3,}[\w+-]*\n(.*)\Z", re.DOTALL)
 
 
 def split_reply(text: str) -> tuple[str, str]:
     """(plan, answer): the answer is the first fenced block (later ones are usually usage examples), or an
     unclosed one cut off by max_tokens; with no fence, the reply minus its 'Plan:' lines."""
-    blocks = _FENCE.findall(text)
-    if blocks:
-        return text[: text.find("```")].strip(), blocks[0].strip("\n")
+    if first := _FENCE.search(text):
+        return text[: first.start()].strip(), first.group(2).strip("\n")
     if match := _OPEN_FENCE.search(text):
         return text[: match.start()].strip(), match.group(1).strip("\n")
     lines = text.strip().splitlines()
