@@ -77,11 +77,13 @@ def test_cache_ttl_depends_on_time_sensitivity():
     cache.put("local", "Eiffel tower height", hits)
     cache.put("local", "latest Eiffel tower news 2024", hits)
     now[0] += 2 * 3600
-    assert cache.get("local", "eiffel  TOWER height") == hits  # normalised key, 7-day TTL
+    assert cache.get("local", "eiffel  TOWER height?") == hits  # normalised key, 7-day TTL
+    cache.put("local", "C++ memory model", hits)
+    assert cache.get("local", "C# memory model") is None and cache.get("local", "c++  memory model") == hits
     assert cache.get("local", "latest Eiffel tower news 2024") is None  # 1-hour TTL
     now[0] += 8 * 24 * 3600
     assert cache.get("local", "Eiffel tower height") is None
-    assert (cache.hits, cache.misses) == (1, 2)
+    assert (cache.hits, cache.misses) == (2, 3)
 
 
 def test_query_rules():

@@ -21,8 +21,14 @@ _TIME_SENSITIVE = re.compile(r"\b(19|20)\d{2}\b|\bq[1-4]\b|\bquarter\b|\blatest\
                              re.IGNORECASE)
 
 
+_EDGE_PUNCTUATION = "\"'.,;:!?()[]{}"
+
+
 def normalise_query(query: str) -> str:
-    return " ".join(re.findall(r"\w+", query.lower()))
+    """A query as the cache and the run's "already run" list compare it: case, spacing and the punctuation
+    around words do not matter, symbols inside a word do ("C++" and "C#" are different queries)."""
+    words = (word.strip(_EDGE_PUNCTUATION) for word in query.lower().split())
+    return " ".join(word for word in words if word)
 
 
 class SearchCache:
