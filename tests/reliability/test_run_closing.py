@@ -144,3 +144,40 @@ def test_a_resumed_run_s_time_budget_counts_what_its_steps_took_before():
     store.release_lease(first.run_id, first.owner)  # killed
     resumed = Run("refine", "t", ScriptedModel([]), budget=Budget(max_seconds=60), store=store, resume=first.run_id)
     assert 44 < resumed.meter.elapsed < 50 and resumed.meter.remaining().max_seconds < 16
+
+
+def test_a_react_run_killed_after_its_accepted_answer_resumes_to_its_end():
+    """Its final answer (validated) was stored, its stop step not: the resume ends the run with that answer
+    rather than asking the model for more."""
+    from reflexa import react, tool
+
+    class Killed(BaseException):
+        pass
+
+    class KilledBeforeTheStop(MemoryStore):
+        armed = True
+
+        def add_step(self, step):
+            if self.armed and step.kind == "stop":
+                raise Killed
+            super().add_step(step)
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return "400 orders"
+
+    def act(name, **args):
+        return {"action": {"thought": "t", "tool": name, "args": args, "confidence": 0.9}}
+
+    store = KilledBeforeTheStop()
+    validator = lambda answer: None if answer == "400" else "wrong"  # noqa: E731
+    with pytest.raises(Killed):
+        react("How many orders?", [lookup], validator=validator, session=Session(
+            model=ScriptedModel([act("lookup", key="orders"), act("final_answer", answer="400")]), store=store))
+    store.armed = False
+    (record,) = store.runs(1)
+    again = ScriptedModel([act("final_answer", answer="999")])
+    result = react("How many orders?", [lookup], validator=validator, resume=record.run_id,
+                   session=Session(model=again, store=store))
+    assert result.passed and result.output == "400" and again.calls == 0

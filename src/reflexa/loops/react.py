@@ -162,6 +162,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         # Whatever the model would choose next, an effect of unknown outcome needs a human first.
         return Stop(StopReason.UNRECOVERABLE, f"side-effecting call {effect_tool(unknown[0])} was interrupted "
                     "midway; not repeated, check its effect by hand")
+    if s.answer is not None:  # resumed after its accepted final answer was stored: the run had ended
+        return Stop(StopReason.PASSED if s.validated else StopReason.ANSWERED_UNVERIFIED)
     schema = prompts.action_schema(tools.registry)
     while s.step < ep.bound:
         s.step += 1
