@@ -226,3 +226,64 @@ def test_no_planner_reply_crashes_the_plan(reply):
     result = plan("Do it", TOOLS, session=s)
     assert result.stop_reason is StopReason.UNRECOVERABLE and result.error.startswith("the planner's plan cannot run")
     assert model.calls == 2 and s.store.get_run(result.run_id).status == "finished"
+
+
+def test_a_research_sink_is_held_to_the_plan_s_validator():
+    """research takes no validator itself: the plan judges the sink's answer with it, as it does a react or
+    refine sink's (a research sink once ended PASSED whatever the validator said)."""
+    from reflexa.search import Evidence
+
+    class Fixed:
+        name = "fixed"
+
+        def search(self, query, k):
+            return [Evidence("e1", "https://docs.example/paris", "Paris facts", "Paris is the capital of France.")]
+
+    def draft(answer, missing=(), queries=()):
+        return {"answer": answer, "reflection": {"missing": list(missing), "superfluous": []},
+                "search_queries": list(queries)}
+
+    def run(validator):
+        model = ScriptedModel([draft("Unknown.", missing=["capital city of France"],
+                                     queries=["France capital city population facts"]),
+                               draft("The capital is Paris [1].")])
+        return plan("What is the capital of France?", TOOLS, tree=tree(sub("cap", loop="research")), replan=False,
+                    session=Session(model=model), search=Fixed(), validator=validator)
+
+    rejected = run(lambda answer: "the answer is wrong")
+    (unit,) = rejected.details["subgoals"]
+    assert not rejected.passed and unit["status"] == "failed" and "failed its check" in (unit["reason"] or "")
+    assert run(lambda answer: None if "Paris" in answer else "no Paris").passed
+
+
+def test_a_resumed_plan_s_time_budget_counts_its_finished_units():
+    import time
+
+    class Killed(BaseException):
+        pass
+
+    kill = {"on": True}
+
+    @tool
+    def slow(key: str) -> str:
+        """A slow lookup."""
+        if key == "two" and kill["on"]:
+            raise Killed
+        time.sleep(1.0)
+        return f"value of {key}"
+
+    chain = tree(sub("one"), sub("two", depends_on=["one"]), sub("three", depends_on=["two"]))
+    replies = [act("slow", key="one"), final("1"), act("slow", key="two"), final("2"), act("slow", key="three"),
+               final("3")]
+    store = MemoryStore()
+    with pytest.raises(Killed):
+        plan("g", [slow], tree=chain, session=Session(model=ScriptedModel(replies), store=store), replan=False,
+             budget=Budget(max_seconds=1.6))
+    (killed,) = [r for r in store.runs(10) if r.loop == "plan"]
+    kill["on"] = False
+    resumed = plan("g", [slow], tree=chain, session=Session(model=ScriptedModel(replies[2:]), store=store),
+                   replan=False, budget=Budget(max_seconds=1.6), resume=killed.run_id)
+    # As without the kill: one takes a second of the 1.6, so two (a second more) runs out of time and three
+    # never runs. Had the resume started the clock afresh, two would answer and three would run.
+    statuses = [u["status"] for u in resumed.details["subgoals"]]
+    assert resumed.stop_reason is StopReason.TIMEOUT and statuses == ["answered", "failed", "skipped"], statuses

@@ -14,6 +14,7 @@ budget and one trace.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -121,6 +122,8 @@ class PlanState(Serial):
     """Lessons with a control, propagated to every later unit."""
     spent: dict[str, Usage] = field(default_factory=dict)
     """What the finished units spent, per role (a resume adds it back to the meter)."""
+    seconds: float = 0.0
+    """The time the finished units took (a resume adds it back to the time budget)."""
     replans: int = 0
     budget_stop: StopReason | None = None
 
@@ -215,6 +218,7 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
     run = ep.run
     for role, usage in s.spent.items():  # a resumed plan: what its finished units spent
         run.meter.record(role, usage)
+    run.meter.started -= s.seconds
     if s.tree is None:
         made = ctx.given or _planned(ep, s, ctx)
         if isinstance(made, Stop):
@@ -231,7 +235,9 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
         if not resumed:
             unit.attempts += 1
             _status(ep, s, unit, "running")
+        started = time.monotonic()
         ran = _run_unit(ep, s, tree, unit, ctx, resumed)
+        s.seconds += time.monotonic() - started
         for role, usage in ran.usage.items():
             run.meter.record(role, usage)
             s.spent.setdefault(role, Usage()).add(usage)
@@ -308,8 +314,8 @@ def _run_unit(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ctx: Contex
 
         if ctx.search is None:  # the tree's validation requires it
             raise ConfigError(f"research sub-goal {sub.name} has no search backend")
-        result = research(_with_memory(sub.task, memory), ctx.search, session=ctx.session, budget=budget,
-                          meta=meta, resume=resume)
+        result = _checked(research(_with_memory(sub.task, memory), ctx.search, session=ctx.session, budget=budget,
+                                   meta=meta, resume=resume), all_of(checks))
     else:
         registry = _unit_tools(s, sub, ctx.registry)
         lessons = [lesson for lesson in s.lessons if lesson.control is None or lesson.control.kind != "force_action"
@@ -317,6 +323,17 @@ def _run_unit(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ctx: Contex
         result = react(sub.task, registry, session=ctx.session, budget=budget, max_steps=ctx.max_steps,
                        validator=all_of(checks), lessons=lessons, memory=memory, meta=meta, resume=resume)
     return Ran.of(result)
+
+
+def _checked(result: Result, check: Validator | None) -> Result:
+    """A research unit's result judged by the unit's check (research takes none itself): its answer passes
+    the check, or the unit failed, whatever the citation audit said."""
+    answer = result.details.get("answer") if result.output is not None else None
+    if check is None or answer is None:
+        return result
+    if (why := check(answer)) is None:
+        return replace(result, stop_reason=StopReason.PASSED)
+    return replace(result, stop_reason=StopReason.UNRECOVERABLE, error=f"the answer failed its check: {why}")
 
 
 def _child(run: Run, name: str, attempt: int) -> RunRecord | None:
