@@ -287,3 +287,16 @@ def test_a_resumed_plan_s_time_budget_counts_its_finished_units():
     # never runs. Had the resume started the clock afresh, two would answer and three would run.
     statuses = [u["status"] for u in resumed.details["subgoals"]]
     assert resumed.stop_reason is StopReason.TIMEOUT and statuses == ["answered", "failed", "skipped"], statuses
+
+
+def test_one_reflection_budget_covers_every_sub_goal():
+    """Budget(max_reflections=1) for the plan is one reflector call over all its units, not one each."""
+    from reflexa.budget import Meter
+    from reflexa.types import Role, Usage
+
+    meter = Meter(Budget(max_reflections=1, max_calls=10))
+    meter.record(Role.GENERATOR, Usage(10, 5, 2))
+    assert meter.remaining().max_reflections == 1
+    meter.record(Role.REFLECTOR, Usage(10, 5, 1))
+    assert meter.remaining().max_reflections == 0 and meter.remaining().max_calls == 7
+    assert Meter(Budget()).remaining().max_reflections is None  # no limit stays no limit

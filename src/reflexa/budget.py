@@ -51,11 +51,14 @@ class Meter:
         return max(1, min(max_tokens, self.budget.max_tokens - self.total.total_tokens))
 
     def remaining(self) -> Budget:
-        """The budget left: what an inner run (a trial) may still spend of this run's limits."""
+        """The budget left: what an inner run (a trial, a plan's sub-goal) may still spend of this run's
+        limits, reflections included (the reflector's calls so far, re-asks counted)."""
         b, total = self.budget, self.total
+        reflected = self.by_role.get(str(Role.REFLECTOR), Usage()).calls
         return replace(
             b,
             max_tokens=None if b.max_tokens is None else max(0, b.max_tokens - total.total_tokens),
             max_calls=None if b.max_calls is None else max(0, b.max_calls - total.calls),
             max_seconds=None if b.max_seconds is None else max(0.0, b.max_seconds - self.elapsed),
+            max_reflections=None if b.max_reflections is None else max(0, b.max_reflections - reflected),
         )
