@@ -161,6 +161,16 @@ def cap_ends(text: str, limit: int) -> str:
     return text[: limit - tail - 1].rstrip() + "…" + text[-tail:].lstrip()
 
 
+_DELIMITER_RUN = re.compile(r"<{3,}|>{3,}")
+
+
+def data(text: str) -> str:
+    """Untrusted text (a tool's output, evidence, a candidate) made safe to put between the `<<<` and `>>>`
+    that prompts mark data with: its own runs of angle brackets are broken up, so it cannot close the block
+    and write "instructions" after it."""
+    return _DELIMITER_RUN.sub(lambda run: " ".join(run.group(0)), text)  # ">>>" becomes "> > >"
+
+
 @dataclass(frozen=True, slots=True)
 class Control:
     """A control signal a lesson may carry: force the next action, or block a tool or one argument value.

@@ -20,7 +20,7 @@ from pydantic import BaseModel, field_validator
 
 from ..errors import ConfigError
 from ..structured import Message, Text300, json_document
-from ..types import ErrorCode, Role, Signal, Status, Verdict, cap
+from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, data
 from .sandbox import ExecResult, Limits, Sandbox
 
 EVIDENCE_CHARS = 1500
@@ -438,7 +438,7 @@ class LLMJudge:
             raise ValueError("LLMJudge needs a model: run it inside a loop")
         messages: list[Message] = [
             {"role": "system", "content": "You grade an answer against its task. You never rewrite it."},
-            {"role": "user", "content": f"Task:\n{context.task}\n\nAnswer:\n<<<\n{candidate}\n>>>\n\n"
+            {"role": "user", "content": f"Task:\n{context.task}\n\nAnswer:\n<<<\n{data(candidate)}\n>>>\n\n"
              "Reply with JSON: status PASS, NEEDS_IMPROVEMENT or FAIL, and a one-sentence reason."},
         ]
         completion = context.ask(Role.EVALUATOR, messages, schema=Judgement, max_tokens=160)

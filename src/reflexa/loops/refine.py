@@ -12,7 +12,7 @@ from ..evaluate.checks import Check, CheckContext, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..runtime import Stop
-from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, payload
+from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, data, payload
 from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
@@ -189,4 +189,4 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:
     evidence = "\n".join(s.evidence for s in verdict.failing if s.evidence)
-    return f"Output:\n<<<\n{evidence[-limit:]}\n>>>" if evidence else ""
+    return f"Output:\n<<<\n{data(evidence[-limit:])}\n>>>" if evidence else ""

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from .. import structured
 from ..structured import Text80, Text300
-from ..types import Control, Lesson, Role, Signal, cap
+from ..types import Control, Lesson, Role, Signal, cap, data
 
 if TYPE_CHECKING:
     from ..runtime import Run
@@ -52,9 +52,9 @@ def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: 
     fact_text = "\n".join(f"- {cap(f, 160)}" for f in facts[:3]) or "(none)"
     return (
         f"Goal:\n{cap(goal, 500)}\n\nKnown facts:\n{fact_text}\n\n"
-        f"Failing action:\n<<<\n{cap(failing_action, 400)}\n>>>\n\n"
+        f"Failing action:\n<<<\n{data(cap(failing_action, 400))}\n>>>\n\n"
         f"Signal: {signal.code or 'FAILED'} from {signal.source}: {cap(signal.message, 250)}\n\n"
-        f"Output around the failure:\n<<<\n{cap(snippet, 350)}\n>>>\n\n"
+        f"Output around the failure:\n<<<\n{data(cap(snippet, 350))}\n>>>\n\n"
         "Reply with JSON: failure_step, observed_mismatch (quote the evidence), root_cause, correction."
     )[:CONTEXT_CHARS]
 

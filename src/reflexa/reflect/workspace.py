@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..types import Lesson, cap, cap_ends
+from ..types import Lesson, cap, cap_ends, data
 
 FACT_CARDS = 3
 """Short facts from successful observations, kept whatever the window."""
@@ -61,7 +61,7 @@ class Workspace:
             parts.append("Corrections from earlier failures (follow them):\n" + "\n".join(self.policies))
         if self.window:
             parts.append("Recent steps:\n" + "\n".join(
-                f"{s['step']}. {s['action']} -> <<<{cap_ends(s['observation'], 400)}>>>" for s in self.window))
+                f"{s['step']}. {s['action']} -> <<<{data(cap_ends(s['observation'], 400))}>>>" for s in self.window))
         return "\n\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
