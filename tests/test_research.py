@@ -326,6 +326,9 @@ def test_audit_helpers():
     # A citation written as a link keeps the citation and loses a link that is no evidence's source.
     assert clean("Paris [1](https://evil.example).", {1: "docs/paris.md"}) == "Paris [1]."
     assert not audit("a [01] b", {1}).ok and not audit("a [0]", {1}).ok and not verified("a [١]", {1})
+    hostile = "See //evil.example/x, mailto:a@evil.example, data:text/html,x and javascript:go [1]."
+    assert not any(bad in clean(hostile, {1: "a.md"}) for bad in ("evil", "data:", "javascript:"))
+    assert clean("Ratio 1//2 stays, a // b too.", {}) == "Ratio 1//2 stays, a // b too."
 
 
 def test_the_stop_reason_judges_the_answer_as_returned():

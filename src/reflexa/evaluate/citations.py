@@ -19,7 +19,9 @@ _ANY_REF = re.compile(r"\[\s*\^?\s*[0-9][0-9\s,;.\-–]*\]")
 _HEADING = re.compile(r"(?:#+ ?)?\**(?:references?|sources?|bibliography)\**:?\**(?: *\[\d.*)?", re.IGNORECASE)
 """A line (stripped) that opens a references section: the word alone as a heading, or "Sources: [1] ..."."""
 _MD_LINK = re.compile(r"\[([^\]\n]*)\]\((\S+?)\)")
-_URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]]+|www\.[^\s<>()\[\]]+", re.IGNORECASE)
+_URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]]+|(?<![\w:/])//[\w-]+(?:\.[\w-]+)+[^\s<>()\[\]]*"
+                  r"|www\.[^\s<>()\[\]]+|(?:mailto|data|javascript):[^\s<>()\[\]]+", re.IGNORECASE)
+"""A link: with a scheme, scheme-relative (//host), www., or a mailto:, data: or javascript: URI."""
 
 
 def strip_references(answer: str) -> str:
