@@ -131,3 +131,12 @@ def test_grammar_schema_drops_only_long_length_caps():
     assert _grammar_schema(schema) == {
         "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "string", "maxLength": 300}}}
     }
+
+
+def test_only_a_file_backend_s_target_is_made_an_absolute_path(tmp_path):
+    from reflexa.models.spec import absolute_spec
+
+    (tmp_path / "gpt-4o").write_text("a file that happens to share the model's name")
+    (tmp_path / "r.json").write_text("[]")
+    assert absolute_spec("openai:gpt-4o", tmp_path) == "openai:gpt-4o"
+    assert absolute_spec("scripted:r.json", tmp_path) == f"scripted:{tmp_path / 'r.json'}"

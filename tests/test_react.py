@@ -606,20 +606,23 @@ def test_a_resumed_step_with_other_arguments_is_a_new_call(tmp_path):
 def test_a_resumed_trials_run_still_counts_what_its_earlier_trials_spent():
     from reflexa import RegexCheck
     from reflexa.errors import RunInterrupted
-    from reflexa.runtime import Run
 
-    store, model, started = MemoryStore(), ScriptedModel(default="BAD"), []
+    store, model, handed = MemoryStore(), ScriptedModel(default="BAD"), []
 
     def attempt(lessons, budget):
-        started.append(budget)
-        if len(started) == 2:
+        handed.append(budget)
+        if len(handed) == 2:
             raise KeyboardInterrupt  # Ctrl-C as the second trial starts
         return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store), budget=budget,
                       lessons=lessons, max_attempts=3, explain=False)
 
+    def run(**resume):
+        return trials("say GOOD", attempt, session=Session(model=model, store=store), budget=Budget(max_calls=10),
+                      max_trials=2, **resume)
+
     with pytest.raises(RunInterrupted) as stopped:
-        trials("say GOOD", attempt, session=Session(model=model, store=store), budget=Budget(max_calls=10),
-               max_trials=3)
-    spent = sum(s.usage.calls for s in store.steps(stopped.value.run_id))
-    resumed = Run("trials", "say GOOD", model, budget=Budget(max_calls=10), store=store, resume=stopped.value.run_id)
-    assert spent >= 3 and resumed.meter.total.calls == spent and resumed.meter.remaining().max_calls == 10 - spent
+        run()
+    first = sum(s.usage.calls for s in store.steps(stopped.value.run_id))  # trial 1, and the reflection on it
+    result = run(resume=stopped.value.run_id)
+    assert first >= 3 and handed[2].max_calls == 10 - first  # the resumed trial gets only what is left
+    assert set(result.usage) == {"generator", "reflector"} and result.total_usage.calls <= 10

@@ -44,6 +44,8 @@ class TrialsState(Serial):
     verdict: Verdict | None = None
     last_stop: StopReason | None = None
     last_error: str | None = None
+    spent: dict[str, Usage] = field(default_factory=dict)
+    """What the finished trials spent, per role (a resume adds it back to the meter, as a plan does)."""
 
     def outcome(self, episode: Episode) -> Outcome:
         return Outcome(self.output, self.best, self.verdict, self.trials, retried=self.trials > 1)
@@ -61,6 +63,8 @@ def trials(task: str, attempt: Attempt, *, session: Session | None = None, max_t
 
 def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
     run, engine = ep.run, ep.engine
+    for role, usage in s.spent.items():  # a resumed run: what its finished trials spent
+        run.meter.record(role, usage)
     while s.trials < ep.bound:
         if (spent := run.meter.check()) is not None:
             return Stop(spent)
@@ -68,10 +72,10 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
         last = attempt(list(s.memory), run.meter.remaining())
         for role, usage in last.usage.items():
             run.meter.record(role, usage)
+            s.spent.setdefault(role, Usage()).add(usage)
         s.output, s.best, s.verdict = last.output, last.best, last.verdict
         s.last_stop, s.last_error = last.stop_reason, last.error
-        # Role "trial": a resumed run counts a step's usage against its budget only when the step has a role.
-        run.record(Trial(s.trials, list(s.memory), last.run_id, last.stop_reason, last.output), "trial",
+        run.record(Trial(s.trials, list(s.memory), last.run_id, last.stop_reason, last.output),
                    usage=Usage.total(last.usage.values()))
         if not engine.gate(s.trials, [_signal(last)]):
             return Stop(last.stop_reason)  # PASSED, or ANSWERED_UNVERIFIED: a trial nothing could check

@@ -35,12 +35,18 @@ def resolve(spec: str | None = None) -> Model:
     return model
 
 
+FILE_BACKENDS = ("scripted", "local")
+"""The backends whose spec target may be a file path."""
+
+
 def absolute_spec(spec: str | None, base: Path) -> str | None:
     """A model spec whose target is a file (scripted:FILE, local:PATH.gguf) with that path made absolute, so
     a worker or a resume, wherever it starts, finds the file."""
     if spec is None or ":" not in spec:
         return spec
     kind, _, target = spec.partition(":")
+    if kind not in FILE_BACKENDS:  # openai:gpt-4o is a model name, even beside a file called gpt-4o
+        return spec
     if target and not target.startswith(("http://", "https://", "/")) and (base / target).is_file():
         return f"{kind}:{(base / target).resolve()}"
     return spec
