@@ -169,3 +169,50 @@ def test_a_reply_with_no_choices_is_a_model_error():
 
     with pytest.raises(ModelError, match="no choices"):
         _generation(SimpleNamespace(choices=[], usage=None))
+
+
+def _reply(usage):
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "usage": usage,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}]}
+
+
+def test_odd_server_replies_are_model_errors_or_read_as_well_as_they_can_be():
+    from reflexa.errors import ModelError
+
+    html = _openai(lambda request: httpx.Response(200, text="<html>a proxy's page</html>",
+                                                  headers={"content-type": "application/json"}))
+    with pytest.raises(ModelError, match="could not be read"):
+        html.complete(HELLO)
+    null = _openai(lambda request: httpx.Response(200, json=_reply({"prompt_tokens": None})))
+    assert null.complete(HELLO).usage.input_tokens == 0  # null counts are 0, not a crash in the budget meter
+    broken = _openai(lambda request: httpx.Response(
+        200, content=b'data: {"error": {"message": "overloaded mid-stream"}}\n\n',
+        headers={"content-type": "text/event-stream"}))
+    with pytest.raises(ModelError):
+        broken.complete(HELLO, on_token=lambda piece: None)
+
+
+def test_a_server_without_a_model_list_is_asked_plainly():
+    """GET /models is 404: the profile falls back to prompt-then-validate instead of "model not found"."""
+    def handler(request):
+        if request.url.path.endswith("/models"):
+            return httpx.Response(404, json={"error": {"message": "not found"}})
+        return httpx.Response(200, json=_reply({"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}))
+
+    model = _openai(handler, profile=None)
+    assert model.complete(HELLO).text == "Hello" and model.profile.schema_mode == "prompt"
+
+
+def test_a_connection_limit_keeps_the_backend_streaming():
+    from reflexa.models.limit import limited
+
+    sent = []
+
+    def handler(request):
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=_sse(_chunk("Hel"), _chunk("lo", "stop")),
+                              headers={"content-type": "text/event-stream"})
+
+    pieces = []
+    assert limited(_openai(handler), 2).complete(HELLO, on_token=pieces.append).text == "Hello"
+    assert pieces == ["Hel", "lo"] and sent[0]["stream"] is True

@@ -5,7 +5,8 @@ their model; a server (vLLM, Ollama, llama.cpp's server, a hosted API) serves on
 before it queues or refuses them.
 `limited(model, n)` wraps a model so that its calls wait for one of `n` slots, and every model that talks
 to the same backend (the same base URL, or the same backend name) shares those slots. Threads wait on a
-semaphore; coroutines on an asyncio one per event loop, with the same limit.
+semaphore; coroutines on an asyncio one per event loop, with the same limit (so the limit holds among the
+threads, and among each loop's coroutines, not across the two).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import threading
 import weakref
 from typing import Any
 
-from ..structured import Message
-from .base import Generation, Model
+from ..structured import Message, Schema
+from .base import Completion, Generation, Model, OnToken
 
 _SLOTS: dict[str, tuple[int, threading.BoundedSemaphore]] = {}
 _GUARD = threading.Lock()
@@ -47,16 +48,30 @@ def async_slots(key: str) -> asyncio.Semaphore:
 
 
 class LimitedModel(Model):
-    """`inner`, with at most `limit` calls in flight per backend in this process (threads and coroutines
-    wait their turn)."""
+    """`inner`, with at most `limit` calls in flight per backend among this process's threads, and among
+    the coroutines of each event loop (an asyncio semaphore belongs to one loop: threads and coroutines, or
+    two loops, each hold the limit on their own). Calls go to `inner.complete`, so it streams as it would
+    alone, and a run records `inner`'s spec."""
 
     def __init__(self, inner: Model, limit: int) -> None:
         if limit < 1:
             raise ValueError("a connection limit is at least 1")
         self.inner = inner
-        self.name = inner.name
+        self.name, self.spec = inner.name, inner.spec
         self.key = backend_key(inner)
         self._slots = slots(self.key, limit)
+
+    def complete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
+                 temperature: float = 0.0, on_token: OnToken | None = None) -> Completion:
+        with self._slots:
+            return self.inner.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
+                                       on_token=on_token)
+
+    async def acomplete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
+                        temperature: float = 0.0, on_token: OnToken | None = None) -> Completion:
+        async with async_slots(self.key):
+            return await self.inner.acomplete(messages, schema=schema, max_tokens=max_tokens,
+                                              temperature=temperature, on_token=on_token)
 
     def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
                   temperature: float) -> Generation:

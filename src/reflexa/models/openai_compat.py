@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
+from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError
 from ..structured import Message
 from .base import Generation, Model, OnToken, schema_instruction
 
@@ -113,8 +113,12 @@ class OpenAIModel(Model):
         return self._profile
 
     def _detect(self) -> str:
-        """Ask the server what it is; fall back to prompt-then-validate, which every server supports."""
-        return self._profile_of(self._request(lambda: list(self.client.models.list())))
+        """Ask the server what it is; fall back to prompt-then-validate, which every server supports (a
+        server with no GET /models included)."""
+        try:
+            return self._profile_of(self._request(lambda: list(self.client.models.list()), reading=False))
+        except _NoModelList:
+            return "prompt"
 
     async def _adetect(self, client: Any) -> None:
         """`_detect` on the async client, so a coroutine's first call does not block its event loop."""
@@ -122,7 +126,10 @@ class OpenAIModel(Model):
         async def listed() -> list[Any]:
             return [m async for m in client.models.list()]
 
-        self._profile = PROFILES[self._profile_of(await self._arequest(listed))]
+        try:
+            self._profile = PROFILES[self._profile_of(await self._arequest(listed, reading=False))]
+        except _NoModelList:
+            self._profile = PROFILES["prompt"]
 
     def _profile_of(self, models: list[Any]) -> str:
         """The profile for the server that listed `models` (GET /models); fills in the model if none was given."""
@@ -131,26 +138,27 @@ class OpenAIModel(Model):
         owner = next((m.owned_by for m in models if m.id == self.model), models[0].owned_by if models else "")
         return _OWNERS.get(str(owner).lower(), "prompt")
 
-    def _request(self, send: Any) -> Any:
-        import openai
-
+    def _request(self, send: Any, *, reading: bool = True) -> Any:
         try:
             return send()
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from None
+        except Exception as exc:  # noqa: BLE001 - every failure of the call is a typed reflexa error
+            raise self._error(exc, reading) from None
 
-    async def _arequest(self, send: Any) -> Any:
-        import openai
-
+    async def _arequest(self, send: Any, *, reading: bool = True) -> Any:
         try:
             return await send()
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from None
+        except Exception as exc:  # noqa: BLE001 - every failure of the call is a typed reflexa error
+            raise self._error(exc, reading) from None
 
-    def _error(self, exc: Exception) -> Exception:
-        """The reflexa error for an SDK error; one the SDK has no class for is left as it is."""
+    def _error(self, exc: Exception, reading: bool = True) -> Exception:
+        """The reflexa error for a failed call. `reading` False (the profile probe): a server without
+        GET /models is _NoModelList, not a missing model."""
         import openai
 
+        if isinstance(exc, ReflexaError):
+            return exc
+        if not reading and isinstance(exc, openai.NotFoundError):
+            return _NoModelList()
         if isinstance(exc, openai.APIConnectionError):  # includes timeouts
             return ModelUnavailable(f"cannot reach the model server at {self.base_url}: {exc}",
                                     hint="is the server running?")
@@ -160,7 +168,9 @@ class OpenAIModel(Model):
             return ModelError(f"model {self.model!r} not found at {self.base_url}", hint="check the model name")
         if isinstance(exc, openai.APIStatusError):
             return ModelUnavailable(f"the model server answered HTTP {exc.status_code}: {exc.message}")
-        return exc
+        # Anything else: a reply the SDK or reflexa could not read (HTML for JSON, an error event mid-stream,
+        # a chunk without choices). It is the server's answer that is wrong, not reflexa: say so.
+        return ModelError(f"the model server's reply could not be read: {type(exc).__name__}: {str(exc)[:200]}")
 
     def _arguments(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
                    temperature: float) -> dict[str, Any]:
@@ -196,7 +206,7 @@ class OpenAIModel(Model):
         if on_token is not None and self.profile.stream:
             return self._request(lambda: _streamed(self.client.chat.completions.create(
                 stream=True, stream_options={"include_usage": True}, **kwargs), kwargs["messages"], on_token))
-        return _generation(self._request(lambda: self.client.chat.completions.create(**kwargs)))
+        return self._request(lambda: _generation(self.client.chat.completions.create(**kwargs)))
 
     async def _agenerate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
@@ -207,7 +217,8 @@ class OpenAIModel(Model):
         if self._profile is None:
             await self._adetect(client)
         kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
-        return _generation(await self._arequest(lambda: client.chat.completions.create(**kwargs)))
+        reply = await self._arequest(lambda: client.chat.completions.create(**kwargs))
+        return self._request(lambda: _generation(reply))
 
     def _async_client(self) -> Any:
         """An async client for the running event loop: an httpx pool belongs to the loop it was made on."""
@@ -224,6 +235,10 @@ class OpenAIModel(Model):
         return self._aclient
 
 
+class _NoModelList(Exception):  # noqa: N818 - a signal between two methods, never raised to a caller
+    """The server has no GET /models: its profile cannot be detected."""
+
+
 def _generation(out: Any) -> Generation:
     """A plain (not streamed) chat completion as a Generation: the text, or the forced tool's arguments."""
     if not out.choices:  # a server that answered with no choice at all
@@ -234,7 +249,9 @@ def _generation(out: Any) -> Generation:
         text = choice.message.tool_calls[0].function.arguments
     usage = out.usage
     finish = "length" if choice.finish_reason == "length" else "stop"
-    return Generation(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0, finish)
+    # A server may send usage with null counts: 0, not None (the budget meter adds them up).
+    return Generation(text, (usage.prompt_tokens or 0) if usage else 0, (usage.completion_tokens or 0) if usage else 0,
+                      finish)
 
 
 def _streamed(chunks: Any, messages: list[Message], on_token: OnToken) -> Generation:
@@ -248,7 +265,7 @@ def _streamed(chunks: Any, messages: list[Message], on_token: OnToken) -> Genera
     for chunk in chunks:
         if chunk.usage is not None:
             usage = chunk.usage
-        for choice in chunk.choices[:1]:
+        for choice in (chunk.choices or [])[:1]:  # a chunk may carry usage only, with null choices
             delta = choice.delta
             call = delta.tool_calls[0].function if delta.tool_calls else None
             for piece, into in ((delta.content, content), (call.arguments if call else None, arguments)):
@@ -259,7 +276,7 @@ def _streamed(chunks: Any, messages: list[Message], on_token: OnToken) -> Genera
             if choice.finish_reason:
                 finish = "length" if choice.finish_reason == "length" else "stop"
     text = "".join(arguments) if arguments else "".join(content)
-    if usage is not None:
-        return Generation(text, usage.prompt_tokens, usage.completion_tokens, finish)
+    if usage is not None and usage.prompt_tokens is not None:
+        return Generation(text, usage.prompt_tokens, usage.completion_tokens or 0, finish)
     prompt = sum(len(str(m.get("content", ""))) for m in messages)
     return Generation(text, (prompt + 3) // 4, pieces, finish)
