@@ -369,7 +369,7 @@ class Tracing:
         # failing signal is on the check's span, and the gate said "failing", or no decision was made.
         attributes: dict[str, Any] = {
             "reflexa.classifier.decision": classifier, "reflexa.engine.decision": data.decision,
-            "reflexa.engine.reason": data.reason[:200], "reflexa.signal.code": str(signal.code) if signal.code else "",
+            "reflexa.signal.code": str(signal.code) if signal.code else "",
         }
         if data.reused:
             attributes["reflexa.experience.hit"] = True
@@ -379,7 +379,8 @@ class Tracing:
             attributes["reflexa.repair.kind"] = data.repair.kind
         if data.stop is not None:
             attributes["reflexa.stop_reason"] = str(data.stop)
-        if self.content:
+        if self.content:  # the reason may quote the failure (a tool's error text): content, like the message
+            attributes["reflexa.engine.reason"] = data.reason[:200]
             attributes["reflexa.signal.message"] = signal.message
             attributes["reflexa.action"] = data.action
             if data.lesson is not None:
