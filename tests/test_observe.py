@@ -244,6 +244,18 @@ def test_observers_fan_out():
     both("status", "x")
     assert seen == [("one", "status"), ("two", "status")]
 
+    class Quiet:  # reads every event but tokens
+        tokens = False
+
+        def __call__(self, event, data):
+            seen.append(("quiet", event))
+
+    seen.clear()
+    fan = observers(one, Quiet())
+    fan("token", "he")
+    fan("step", None)
+    assert seen == [("one", "token"), ("one", "step"), ("quiet", "step")]
+
 
 def test_off_attaches_nothing_and_the_switches_turn_it_on(monkeypatch):
     mine = lambda event, data: None

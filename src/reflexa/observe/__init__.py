@@ -56,9 +56,18 @@ class _FanOut:
     def __call__(self, event: str, data: Any) -> None:
         route = self._routes.get(event)
         if route is None:
-            route = self._routes[event] = tuple(o for o in self.observers if event in getattr(o, "reads", (event,)))
+            route = self._routes[event] = tuple(o for o in self.observers if _reads(o, event))
         for observer in route:
             observer(event, data)
+
+
+def _reads(observer: Observer, event: str) -> bool:
+    """Whether `observer` takes `event`: the events it says it reads (all when it says nothing), and token
+    events only when its `tokens` is not False."""
+    if event == "token" and not getattr(observer, "tokens", True):
+        return False
+    reads = getattr(observer, "reads", None)
+    return reads is None or event in reads
 
 
 def observers(*fns: Observer | None) -> Observer | None:
