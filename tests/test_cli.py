@@ -156,6 +156,21 @@ def test_config_file_and_environment_choose_the_model(tmp_path, monkeypatch):
     assert configured_spec() == "openai:gpt-4o-mini"
     monkeypatch.setenv("REFLEXA_MODEL", "scripted:x.json")
     assert configured_spec() == "scripted:x.json"
+    # Empty counts as unset, wherever it is: the next source is read.
+    import os
+
+    user = tmp_path / "home" / "config" / "reflexa"
+    user.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / "config"))
+    (user / "config.toml").write_text('model = "openai:gpt-4o"\nprompt_cache = "false"\n')
+    (tmp_path / "reflexa.toml").write_text('model = ""\n')
+    monkeypatch.setenv("REFLEXA_MODEL", "  ")
+    assert configured_spec() == "openai:gpt-4o" and os.environ["REFLEXA_MODEL"] == "  "
+    from reflexa.errors import ConfigError
+    from reflexa.models.config import prompt_cache
+
+    with pytest.raises(ConfigError, match="prompt_cache must be true or false"):  # "false" as text is no false
+        prompt_cache()
 
 
 def test_long_one_line_task_is_text(tmp_path):

@@ -23,24 +23,31 @@ def config_paths() -> list[Path]:
 def config_value(key: str) -> tuple[Any, Path] | None:
     """The first config file that sets `key`: (value, file). None when no file sets it."""
     for path in config_paths():
-        if path.is_file():
-            try:
-                data = tomllib.loads(path.read_text())
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-            if key in data:
-                return data[key], path
+        if (value := _file_value(path, key)) is not None:
+            return value, path
     return None
+
+
+def _file_value(path: Path, key: str) -> Any:
+    """`key` in the TOML file at `path`; None when the file or the key is not there."""
+    if not path.is_file():
+        return None
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return data.get(key)
 
 
 def configured_spec() -> str:
     """The model spec in force when no flag names one: $REFLEXA_MODEL, then `model = "..."` in a config
     file, then `local`. An empty value counts as unset here; an explicit empty flag is an error."""
-    if spec := os.environ.get("REFLEXA_MODEL"):
+    if spec := os.environ.get("REFLEXA_MODEL", "").strip():
         return spec
-    found = config_value("model")
-    if found is not None and found[0]:
-        return str(found[0])
+    for path in config_paths():  # the first file that sets a non-empty model
+        found = _file_value(path, "model")
+        if found is not None and str(found).strip():
+            return str(found).strip()
     return DEFAULT_SPEC
 
 
@@ -95,4 +102,8 @@ def prompt_cache() -> bool:
     if (env := os.environ.get("REFLEXA_PROMPT_CACHE")) is not None:
         return env.strip().lower() not in ("0", "false", "no", "off", "")
     found = config_value("prompt_cache")
-    return bool(found[0]) if found is not None else False
+    if found is None:
+        return False
+    if not isinstance(found[0], bool):  # "false" as a string would be true
+        raise ConfigError(f"prompt_cache must be true or false, not {found[0]!r} (from {found[1]})")
+    return found[0]
