@@ -91,6 +91,16 @@ def test_a_cached_file_of_the_wrong_size_is_rebuilt(fake):
     assert weights.ensure(model).read_bytes() == whole
 
 
+def test_a_killed_assembly_s_temporary_file_is_cleared_by_the_next(fake):
+    model, _, whole = fake
+    target = weights.models_dir() / model.file_name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    left = target.parent / f".{target.name}.k1ll3d.tmp"  # as mkstemp names them
+    left.write_bytes(b"half a model")
+    path = weights.ensure(model)
+    assert path.read_bytes() == whole and not left.exists()
+
+
 def test_a_cached_file_touched_since_its_stamp_is_checked_again(fake):
     model, _, whole = fake
     path = weights.ensure(model)

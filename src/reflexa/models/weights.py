@@ -197,6 +197,10 @@ def _locked(target: Path) -> Iterator[None]:
 def _assemble(model: NamedModel, paths: list[Path], target: Path) -> None:
     """Concatenate the parts into a temporary file, checking each part and then the whole; move it into
     place only when everything matches. The temporary file is removed on any failure."""
+    # Called under the file lock: a temporary file of this model left here is a killed assembly's (up to
+    # the model's size each), never one in progress.
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
