@@ -132,3 +132,20 @@ def test_models_json_lists_backends_and_named_local_models(plugin):
     assert local["qwen"]["spec"] == "local" and local["qwen"]["default"]
     assert local["qwen"]["sha256"] == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
     assert local["smollm2"]["state"] in ("verified", "unverified", "not installed")
+
+
+def test_a_plugin_that_fails_to_build_its_model_is_a_config_error(monkeypatch):
+    def backend(create):
+        return lambda name: registry.Backend("fake", "fake:ANYTHING", create, lambda: [])
+
+    def broken(target):
+        raise ValueError("no such deployment")
+
+    monkeypatch.setattr("reflexa.models.spec.load", backend(broken))
+    monkeypatch.setattr(registry, "names", lambda: ["fake"])
+    monkeypatch.setattr("reflexa.models.spec.names", lambda: ["fake"])
+    with pytest.raises(ConfigError, match="'fake' model backend failed to build 'fake:x': ValueError"):
+        resolve("fake:x")
+    monkeypatch.setattr("reflexa.models.spec.load", backend(lambda target: "not a model"))
+    with pytest.raises(ConfigError, match="built a str, not a model"):
+        resolve("fake:x")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ReflexaError
 from .base import Model
 from .config import CONFIG_NAME, config_paths, configured_spec
 from .registry import Availability, all_availability, load, names
@@ -30,7 +30,15 @@ def resolve(spec: str | None = None) -> Model:
     if kind not in registered:
         raise ConfigError(f"unknown model spec {spec!r}: no backend {kind!r}",
                           hint=f"registered backends: {', '.join(registered)} (e.g. {SPEC_HELP})")
-    model = load(kind).create(target)
+    try:
+        model = load(kind).create(target)
+    except ReflexaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, named as such rather than a traceback
+        raise ConfigError(f"the {kind!r} model backend failed to build {spec!r}: {type(exc).__name__}: {exc}",
+                          hint="a plugin backend's bug: see its package") from None
+    if not isinstance(model, Model):
+        raise ConfigError(f"the {kind!r} model backend built a {type(model).__name__}, not a model")
     model.spec = absolute_spec(spec, Path.cwd())
     return model
 
