@@ -208,6 +208,11 @@ def test_a_run_inside_a_run_is_a_child_span(writer):
     assert len({s.context.trace_id for s in spans}) == 1 and len({s.context.span_id for s in spans}) == len(spans)
     assert [s.attributes["reflexa.stop_reason"] for s in spans if s.name == "reflexa.trial"] == [
         "MAX_ITERATIONS", "PASSED"]
+    # Usage summed over the chat spans is the whole run's: a trial span repeats its trial's in its own names.
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    summed = sum(s.attributes.get("gen_ai.usage.input_tokens", 0) for s in spans if s.name != "invoke_agent trials"
+                 and not s.name.startswith("invoke_agent refine"))
+    assert summed == sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats) == result.total_usage.input_tokens
 
 
 @pytest.mark.parametrize("writer", WRITERS)

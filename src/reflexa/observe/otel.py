@@ -425,7 +425,9 @@ class Tracing:
         self._emit(run, "reflexa.trial", step, {
             "reflexa.trial": data.trial, "reflexa.trial.run_id": data.run_id,
             "reflexa.stop_reason": str(data.stop_reason), "reflexa.lessons": len(data.lessons),
-            INPUT_TOKENS: step.usage.input_tokens, OUTPUT_TOKENS: step.usage.output_tokens,
+            # Not gen_ai.usage.*: the trial's own chat spans carry those, and a sum over spans would count twice.
+            "reflexa.trial.input_tokens": step.usage.input_tokens,
+            "reflexa.trial.output_tokens": step.usage.output_tokens,
         })
 
     def _queries(self, run: _OpenRun, step: Step, data: Any) -> None:
