@@ -148,6 +148,49 @@ def test_pytest_check_cannot_be_faked(cheat):
     assert signal.message
 
 
+WRAP_HARNESS = (
+    "import __main__\n"
+    "def wrap(f):\n"  # every harness function now turns a failing report into a passing one
+    "    def forged(*args, **kwargs):\n"
+    "        args = [dict(a, finished=True, failed=0, errors=0, tampered=[], failures=[], exit_code=0,\n"
+    "                     passed=a.get('collected', 3)) if isinstance(a, dict) and 'finished' in a\n"
+    "                else 0 if a == 1 else a for a in args]\n"
+    "        return f(*args, **kwargs)\n"
+    "    return forged\n"
+    "for name, value in list(vars(__main__).items()):\n"
+    "    if name.startswith('_') and callable(value) and not isinstance(value, type):\n"
+    "        setattr(__main__, name, wrap(value))\n"
+)
+FORGES = {
+    "the harness's functions wrapped to report a pass": WRAP_HARNESS + "def is_prime(n):\n    return False\n",
+    "the harness's functions replaced by no-ops": (
+        "import __main__\n"
+        "for name, value in list(vars(__main__).items()):\n"
+        "    if name.startswith('_') and callable(value) and not isinstance(value, type):\n"
+        "        setattr(__main__, name, lambda *args, **kwargs: None)\n"
+        "def is_prime(n):\n    return False\n"),
+    "builtins the report counts with replaced": (
+        "import builtins\n"
+        "builtins.sorted = lambda *a, **k: []\n"
+        "builtins.dict = lambda *a, **k: {'finished': True, 'exit_code': 0, 'passed': 3, 'failed': 0}\n"
+        "def is_prime(n):\n    return False\n"),
+}
+"""Code under test that reaches the harness through `import __main__` or builtins, to make it report a pass."""
+
+
+@pytest.mark.parametrize("forge", sorted(FORGES))
+def test_a_forged_report_is_no_pass(forge):
+    signal = PytestCheck(EXAMPLE / "test_solution.py").run(FORGES[forge], CheckContext())
+    assert not signal.ok and signal.code in (ErrorCode.TEST_FAILED, ErrorCode.NO_TEST_REPORT), signal
+
+
+@pytest.mark.parametrize("forge", [WRAP_HARNESS, FORGES["the harness's functions replaced by no-ops"]])
+def test_a_script_check_cannot_be_faked_through_the_harness_s_globals(forge):
+    signal = PythonScriptCheck("assert add(1, 2) == 3\n").run(forge.replace(
+        "def is_prime(n):\n    return False\n", "") + "def add(a, b):\n    return a - b\n", CheckContext())
+    assert not signal.ok and signal.code is ErrorCode.TEST_FAILED, signal
+
+
 def test_pytest_check_refuses_a_file_that_collects_nothing(tmp_path):
     tests = tmp_path / "test_empty.py"
     tests.write_text("from solution import f\n")

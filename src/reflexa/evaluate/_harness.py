@@ -6,10 +6,13 @@ hashed and compiled, before any untrusted code runs, so the code under test cann
 its environment, its arguments or its file descriptors: an early exit (`os._exit(0)`, `sys.exit(0)`), a
 forged exit status or a forged pytest summary leaves no valid report, and the check fails.
 
-What it cannot stop: code that reads the harness's own memory (walks the interpreter's frames up to it)
-runs in the same process and could forge a report. Against the common shortcuts it also records which
-test functions really returned (pytest's outcome alone can be rewritten by a plugin or a patch), checks
-that pytest's core functions are the ones it started with, and that the test file is unchanged.
+The code under test runs in this process, so everything the report depends on is bound before it runs:
+the function that sends the report is a closure held in local variables (patching this module's globals
+through `import __main__`, or builtins such as `dict` or `len`, changes nothing the report uses). What it
+cannot stop: code that reads the harness's own memory (walks the interpreter's frames, or the garbage
+collector's referrers, up to it) could still forge a report. Against the common shortcuts it also records
+which test functions really returned (pytest's outcome alone can be rewritten by a plugin or a patch),
+checks that pytest's core functions are the ones it started with, and that the test file is unchanged.
 
 Standalone on purpose: it must not import reflexa (the sandboxed interpreter may see another copy).
 
@@ -38,40 +41,37 @@ if TYPE_CHECKING:
     from types import CodeType, TracebackType
     from typing import Any, NoReturn
 
-    Send = Callable[[dict[str, Any]], None]
+    Finish = Callable[[dict[str, Any], int], NoReturn]
 
 # Bound before any untrusted code runs: rebinding os.write or json.dumps later changes nothing here.
 _write, _dumps, _exit, _compile, _exec = os.write, json.dumps, os._exit, builtins.compile, builtins.exec
 _MESSAGE_CHARS = 500
 
 
-def _channel() -> Send:
-    """Read the nonce, close its pipe, and return the function that sends the one report."""
+def _finisher(mode: str) -> Finish:
+    """Read the nonce, close its pipe, and return the one function that sends the report and exits. It holds
+    everything it uses in its closure, bound now, before any untrusted code runs."""
     nonce_fd, report_fd = (int(fd) for fd in os.environ.pop("REFLEXA_REPORT_FDS").split(","))
     nonce = b""
     while chunk := os.read(nonce_fd, 64):
         nonce += chunk
     os.close(nonce_fd)
     os.set_inheritable(report_fd, False)
-    stamp = nonce.decode()
+    stamp, write, dumps, leave, streams = nonce.decode(), _write, _dumps, _exit, (sys.stdout, sys.stderr)
 
-    def send(data: dict[str, Any]) -> None:
-        payload = (_dumps(dict(data, nonce=stamp), default=str) + "\n").encode()
+    def finish(data: dict[str, Any], code: int) -> NoReturn:
+        """Send the report and leave at once: atexit hooks and threads of the code under test get no say."""
+        for stream in streams:
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        payload = (dumps({**data, "mode": mode, "nonce": stamp}, default=str) + "\n").encode()
         while payload:
-            payload = payload[_write(report_fd, payload):]
+            payload = payload[write(report_fd, payload):]
+        leave(code)
 
-    return send
-
-
-def _finish(send: Send, data: dict[str, Any], code: int) -> NoReturn:
-    """Send the report and leave at once: atexit hooks and threads of the code under test get no say."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    send(data)
-    _exit(code)
+    return finish
 
 
 def _short(text: object) -> str:
@@ -174,35 +174,37 @@ def _sha256(path: str) -> str | None:
         return None
 
 
-def run_pytest(send: Send, test_file: str) -> NoReturn:
+def run_pytest(finish: Finish, test_file: str) -> NoReturn:
     import pytest
 
-    before = _sha256(test_file)
+    # Bound before the tests run: what checks their outcome must not be rebindable by the code under test.
+    sha, short, length, ordered = _sha256, _short, len, sorted
+    before = sha(test_file)
     watched = _watched()
     recorder = _recorder(pytest)
     args = ["-q", "--no-header", "-p", "no:cacheprovider", "--tb=short", "-rfE", test_file]
     try:
         exit_code = int(pytest.main(args, plugins=[recorder]))
     except BaseException as exc:  # SystemExit or KeyboardInterrupt out of pytest itself
-        _finish(send, {"finished": False, "reason": _short(f"{type(exc).__name__}: {exc}")}, 1)
+        finish({"finished": False, "reason": short(f"{type(exc).__name__}: {exc}")}, 1)
     tampered = []
-    if _sha256(test_file) != before:
+    if sha(test_file) != before:
         tampered.append(f"the test file {test_file} was changed during the run")
     tampered += [f"pytest internals replaced: {label}"
                  for label, owner, name, obj in watched if owner.__dict__.get(name) is not obj]
-    unseen = sorted(recorder.passed - recorder.called_ok)
+    unseen = ordered(recorder.passed - recorder.called_ok)
     if unseen:
-        tampered.append(f"{len(unseen)} test(s) reported passing although their function never returned: "
+        tampered.append(f"{length(unseen)} test(s) reported passing although their function never returned: "
                         + ", ".join(unseen[:3]))
     passed = recorder.passed & recorder.called_ok
     data = {
-        "finished": True, "exit_code": exit_code, "collected": len(recorder.collected),
-        "ids": recorder.collected[:500], "passed": len(passed), "failed": len(recorder.failed),
-        "errors": len(recorder.errors), "collect_errors": recorder.collect_errors,
-        "skipped": len(recorder.skipped),
+        "finished": True, "exit_code": exit_code, "collected": length(recorder.collected),
+        "ids": recorder.collected[:500], "passed": length(passed), "failed": length(recorder.failed),
+        "errors": length(recorder.errors), "collect_errors": recorder.collect_errors,
+        "skipped": length(recorder.skipped),
         "failures": recorder.failures[:10], "tampered": tampered, "internal_error": recorder.internal_error,
     }
-    _finish(send, data, exit_code or 0)
+    finish(data, exit_code or 0)
 
 
 # --- a candidate followed by test code (HumanEval, MBPP) ----------------------------------------------
@@ -274,7 +276,8 @@ def _where(tb: TracebackType | None, files: tuple[str, ...]) -> str:
     return _short(found or "")
 
 
-def run_script(send: Send, candidate_file: str, tests_file: str) -> NoReturn:
+def run_script(finish: Finish, candidate_file: str, tests_file: str) -> NoReturn:
+    execute = _exec  # bound before the candidate runs: replacing the global must not skip the tests
     with open(candidate_file, encoding="utf-8", errors="replace") as fh:
         candidate = fh.read()
     with open(tests_file, encoding="utf-8", errors="replace") as fh:
@@ -286,15 +289,15 @@ def run_script(send: Send, candidate_file: str, tests_file: str) -> NoReturn:
         tests_code = _compile_tests(tests, tests_file)
     except BaseException as exc:  # a syntax error: nothing ran
         traceback.print_exception(type(exc), exc, None)
-        _finish(send, {"finished": False, "stage": stage, "ran": False, "error": type(exc).__name__,
-                       "message": _short(exc), "where": ""}, 1)
+        finish({"finished": False, "stage": stage, "ran": False, "error": type(exc).__name__,
+                "message": _short(exc), "where": ""}, 1)
     namespace = {"__name__": "__main__", "__file__": candidate_file, "__builtins__": builtins,
                  "_reflexa_describe": _describe}
     stage = "candidate"
     try:
-        _exec(candidate_code, namespace)
+        execute(candidate_code, namespace)
         stage = "tests"
-        _exec(tests_code, namespace)
+        execute(tests_code, namespace)
     except BaseException as exc:  # SystemExit included: an exit before the tests end is no pass
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         try:
@@ -305,23 +308,19 @@ def run_script(send: Send, candidate_file: str, tests_file: str) -> NoReturn:
             message = _short(exc)
         except BaseException:
             message = "<unprintable>"
-        _finish(send, {"finished": False, "stage": stage, "ran": True, "error": type(exc).__name__,
-                       "message": message, "where": _where(tb, (candidate_file, tests_file))}, 1)
-    _finish(send, {"finished": True}, 0)
+        finish({"finished": False, "stage": stage, "ran": True, "error": type(exc).__name__,
+                "message": message, "where": _where(tb, (candidate_file, tests_file))}, 1)
+    finish({"finished": True}, 0)
 
 
 def main() -> None:
-    channel = _channel()
     mode, *paths = sys.argv[1:]
-
-    def send(data: dict[str, Any]) -> None:
-        channel(dict(data, mode=mode))
-
+    finish = _finisher(mode)
     sys.argv = [paths[0]] if paths else ["harness"]
     if mode == "pytest":
-        run_pytest(send, *paths)
+        run_pytest(finish, *paths)
     else:
-        run_script(send, *paths)
+        run_script(finish, *paths)
 
 
 if __name__ == "__main__":
