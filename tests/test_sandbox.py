@@ -149,3 +149,25 @@ def test_report_channel_takes_only_a_line_with_the_nonce(honest):
 def test_without_a_report_channel_there_is_no_report():
     result = SANDBOX.run([sys.executable, "-I", "-c", "import os; print(os.environ.get('REFLEXA_REPORT_FDS'))"])
     assert result.report is None and result.stdout.strip() == "None"
+
+
+def test_stop_all_kills_every_running_sandbox_at_once():
+    """What a process leaving at once on Ctrl-C (os._exit) calls first: the threads that would kill each
+    sandbox at its timeout leave with it, and a child in a session of its own outlives them otherwise."""
+    import threading
+
+    from reflexa.evaluate import sandbox
+
+    patient = Sandbox(Limits(timeout=60, cpu_seconds=60))
+    results = []
+    runner = threading.Thread(target=lambda: results.append(patient.run(
+        [sys.executable, "-I", "-c", f"# {MARKER}\nimport time\ntime.sleep(60)"])))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not sandbox._LIVE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    sandbox.stop_all()
+    runner.join(10)
+    assert results and not results[0].ok and time.monotonic() - started < 10
+    assert leftover_processes() == [] and not sandbox._LIVE

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..batch import BatchInterrupted, run_batch
 from ..batch.runner import Progress as BatchProgress
 from ..errors import ConfigError
+from .live import hard_exit
 
 
 class BatchView:
@@ -73,11 +72,10 @@ def run(tasks: Path, loop: str, *, store: str, out: Path | None, console: Consol
         errors.print(f"interrupted: batch {stop.progress.batch_id}: {stop.progress.done} finished now, {left} left "
                      f"({stop.running} were running; they resume where they stopped). Run the same command again "
                      "to finish it.", highlight=False)
-        sys.stdout.flush()
-        sys.stderr.flush()
         # Every result so far is whole in the store and the results file. Worker threads still in a model call
-        # would hold the exit until they finish: leave now; their runs resume on the re-run.
-        os._exit(130)
+        # would hold the exit until they finish: leave now (their checks' sandboxes killed with it); their
+        # runs resume on the re-run.
+        hard_exit(130)
     finally:
         if view:
             view.stop()

@@ -159,7 +159,10 @@ def mark_interrupted(store: Store, run_id: str) -> None:
 
 
 def hard_exit(code: int) -> NoReturn:
-    """Leave now, with output flushed, without waiting for a worker stuck in C."""
+    """Leave now, with output flushed, without waiting for a worker stuck in C, and with no check left
+    running in a sandbox (its timeout was the worker's to enforce)."""
+    if (sandbox := sys.modules.get("reflexa.evaluate.sandbox")) is not None:  # loaded only if a check ran
+        sandbox.stop_all()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

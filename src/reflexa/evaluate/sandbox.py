@@ -452,6 +452,22 @@ def _verified_report(raw: bytes, nonce: str) -> dict[str, Any] | None:
     return None
 
 
+_LIVE: set[int] = set()
+"""The process groups of the sandboxes running now in this process (each child leads a session of its own)."""
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every sandbox this process is running. For a process about to leave at once (os._exit on
+    Ctrl-C): the thread that would have killed each at its timeout is gone with it, and nothing else
+    would stop a child in a session of its own."""
+    with _LIVE_LOCK:
+        running = list(_LIVE)
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 class Sandbox:
     """Runs commands in a scratch directory under the limits and isolation described above."""
 
@@ -570,6 +586,8 @@ class Sandbox:
         finally:
             for fd in pass_fds:
                 os.close(fd)  # the child holds its copies; the parent's would keep the channel open
+        with _LIVE_LOCK:
+            _LIVE.add(proc.pid)
         streams = [(proc.stdout, limits.output_chars, out), (proc.stderr, limits.output_chars, err)]
         if report:
             streams.append((os.fdopen(report_read, "rb", buffering=0), REPORT_BYTES, channel))
@@ -585,6 +603,8 @@ class Sandbox:
             # Kill the tree whether or not the main process ended: a grandchild may still run.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
             if cgroups:
                 cgroups.sweep()
             proc.wait()
