@@ -171,3 +171,11 @@ def test_stop_all_kills_every_running_sandbox_at_once():
     runner.join(10)
     assert results and not results[0].ok and time.monotonic() - started < 10
     assert leftover_processes() == [] and not sandbox._LIVE
+
+
+def test_running_out_of_cpu_time_is_a_timeout():
+    """The CPU limit runs out before the wall clock (a multithreaded candidate, a fractional --timeout): it
+    is reported as a timeout, not as a test run that ended without a report."""
+    busy = Sandbox(Limits(timeout=30, cpu_seconds=1))
+    signal = PythonScriptCheck("assert f()\n", sandbox=busy).run("def f():\n    while True: pass\n", CheckContext())
+    assert signal.code is ErrorCode.TIMEOUT and "1s CPU limit" in signal.message, signal

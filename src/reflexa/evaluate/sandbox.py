@@ -72,7 +72,7 @@ class Limits:
     timeout: float = 10.0
     """Wall-clock seconds before the whole process tree is killed."""
     cpu_seconds: int = 10
-    """CPU seconds per process (RLIMIT_CPU)."""
+    """CPU seconds per process (RLIMIT_CPU): SIGXCPU then, SIGKILL a second later."""
     memory_mb: int = 1024
     """Address space per process (RLIMIT_AS), in MiB."""
     tree_memory_mb: int = 1024
@@ -559,8 +559,10 @@ class Sandbox:
             if cgroups:
                 cgroups.join()
             mib = 1024 * 1024
+            # CPU: the soft limit sends SIGXCPU (reported as a timeout); the hard one, a second later, SIGKILL
+            # for a program that catches it. Equal limits would send SIGKILL alone, which reads as a crash.
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
             for name, value in (
-                (resource.RLIMIT_CPU, limits.cpu_seconds),
                 (resource.RLIMIT_AS, limits.memory_mb * mib),
                 (resource.RLIMIT_FSIZE, limits.file_size_mb * mib),
                 (resource.RLIMIT_NOFILE, limits.open_files),
