@@ -220,3 +220,16 @@ def test_out_never_replaces_an_input_or_a_file_with_an_answer_that_did_not_pass(
     passed = invoke("refine", "--task", "t", "--tests", "test_solution.py", "--out", "solution.py",
                     "--model", replies(tmp_path, RIGHT))
     assert passed.exit_code == 0 and "def is_prime" in (tmp_path / "solution.py").read_text()
+
+
+def test_a_lone_surrogate_in_model_text_does_not_break_the_output(tmp_path):
+    """A JSON reply's "\\ud800" reaches the live view and --jsonl; UTF-8 cannot print it, so a replacement
+    character is printed instead of the run failing as an internal error halfway."""
+    candidate = "```python\ndef is_prime(n):\n    return n > 1  # \ud800\n```"
+    (tmp_path / "r.json").write_text(json.dumps([candidate, LESSON, RIGHT]))
+    for mode in ("--jsonl", "-v"):
+        done = subprocess.run([sys.executable, "-m", "reflexa.cli", "refine", "--task", "t", "--tests",
+                               str(EXAMPLE / "test_solution.py"), "--model", f"scripted:{tmp_path / 'r.json'}",
+                               "--trace", str(tmp_path / "t.db"), mode], capture_output=True, text=True,
+                              errors="replace", timeout=120)
+        assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr

@@ -746,6 +746,12 @@ def _options(
 
 
 def main() -> None:
+    # Model text may hold a lone surrogate (a JSON reply's "\ud800"), which UTF-8 cannot encode: print a
+    # replacement character rather than fail the live view or --jsonl halfway through a run.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
     try:
         app()
     except KeyboardInterrupt:  # typer turns Ctrl-C into exit 130 itself; this is for an interrupt it misses
