@@ -312,3 +312,19 @@ def test_pytest_check_without_pytest_is_a_setup_error(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else real(name, *a))
     with pytest.raises(ConfigError, match="pytest is not installed"):
         PytestCheck(tests)
+
+
+def test_a_test_file_s_own_skips_fixtures_and_xfails_do_not_fail_a_right_answer(tmp_path):
+    tests = tmp_path / "test_add.py"
+    tests.write_text(
+        "import pytest\nfrom solution import add\n\n"
+        "@pytest.fixture\ndef test_input():\n    return (1, 2)\n\n"  # a fixture, not a test, whatever its name
+        "def test_add(test_input):\n    assert add(*test_input) == 3\n\n"
+        "@pytest.mark.skip(reason='later')\ndef test_later():\n    assert False\n\n"
+        "@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert add(1, 1) == 3\n")
+    check = PytestCheck(tests)
+    passed = check.run("def add(a, b):\n    return a + b\n", CheckContext())
+    assert passed.ok and "1 passed" in passed.message, passed
+    # A skip the code under test raises while a test runs is no pass.
+    dodged = check.run("def add(a, b):\n    import pytest\n    pytest.skip('no')\n", CheckContext())
+    assert not dodged.ok, dodged

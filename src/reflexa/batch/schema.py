@@ -94,6 +94,8 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
             problems.append(f"a refine task needs a check: one of {', '.join(REFINE_CHECKS)}")
         if task.tests and not (base / task.tests).is_file():
             problems.append(f"tests: file not found: {task.tests}")
+        elif task.tests and (problem := _tests_problem(base / task.tests)):
+            problems.append(f"tests: {task.tests} {problem}")  # else every run of it would stop the batch
         if task.regex is not None:
             try:
                 re.compile(task.regex)
@@ -124,6 +126,15 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
         elif not (base / task.corpus).is_dir():
             problems.append(f"corpus: not a folder: {task.corpus}")
     return problems
+
+
+def _tests_problem(path: Path) -> str | None:
+    from ..evaluate.checks import test_file_problem
+
+    try:
+        return test_file_problem(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read: {exc}"
 
 
 def _is_sqlite(path: Path) -> bool:

@@ -122,6 +122,8 @@ def _recorder(pytest: Any) -> Any:
             self.failed: set[str] = set()
             self.errors: set[str] = set()
             self.skipped: set[str] = set()
+            self.skipped_at_run: set[str] = set()
+            """Skipped while the test ran, not by its marks: the code under test may have raised the skip."""
             self.failures: list[list[str]] = []
             self.internal_error: str | None = None
 
@@ -146,7 +148,9 @@ def _recorder(pytest: Any) -> Any:
                 (self.failed if report.when == "call" else self.errors).add(nodeid)
                 self.failures.append([nodeid, _crash(report)])
             elif report.skipped:
-                self.skipped.add(nodeid)
+                # Declared by the test file: a skip mark (decided in setup) or an xfail mark.
+                declared = report.when == "setup" or (hasattr(report, "wasxfail") and "xfail" in report.keywords)
+                (self.skipped if declared else self.skipped_at_run).add(nodeid)
             elif report.when == "call" and report.passed:
                 self.passed.add(nodeid)
 
@@ -201,7 +205,7 @@ def run_pytest(finish: Finish, test_file: str) -> NoReturn:
         "finished": True, "exit_code": exit_code, "collected": length(recorder.collected),
         "ids": recorder.collected[:500], "passed": length(passed), "failed": length(recorder.failed),
         "errors": length(recorder.errors), "collect_errors": recorder.collect_errors,
-        "skipped": length(recorder.skipped),
+        "skipped": length(recorder.skipped), "skipped_at_run": length(recorder.skipped_at_run),
         "failures": recorder.failures[:10], "tampered": tampered, "internal_error": recorder.internal_error,
     }
     finish(data, exit_code or 0)

@@ -216,9 +216,13 @@ def _pytest_signal(source: str, report: dict[str, Any], output: str, expected: f
     if tampered:
         return Signal(source, False, ErrorCode.TAMPERED, cap("; ".join(tampered), 300), evidence, score=0.0)
     total = collected + collect_errors
-    if (collected > 0 and passed == collected and failed == errors == collect_errors == 0
+    # A test the file itself skips or marks xfail is the test author's call, not a failure; a skip the code
+    # under test raises while a test runs is no pass (the harness counts it apart: "skipped_at_run").
+    declared = int(report.get("skipped", 0)) if not report.get("skipped_at_run") else 0
+    if (collected > 0 and passed > 0 and passed + declared == collected and failed == errors == collect_errors == 0
             and report.get("exit_code") == 0):
-        return Signal(source, True, message=f"{passed} passed", evidence=evidence, score=1.0)
+        skipped = f", {declared} skipped or xfail as the test file says" if declared else ""
+        return Signal(source, True, message=f"{passed} passed{skipped}", evidence=evidence, score=1.0)
     if total == 0:
         return Signal(source, False, ErrorCode.TEST_FAILED, "no tests were collected", evidence, score=0.0)
     failures = [f"{nodeid}: {cap(str(why), 200)}" for nodeid, why in (report.get("failures") or [])[:3]]
@@ -272,12 +276,26 @@ def _test_names(source: str) -> frozenset[str] | None:
         return None
     names = set()
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            names.add(node.name)
+        if _is_test(node):
+            names.add(node.name)  # type: ignore[attr-defined]  # _is_test: a function
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names.update(n.name for n in node.body
-                         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test"))
+            names.update(n.name for n in node.body if _is_test(n))  # type: ignore[attr-defined]
     return frozenset(names)
+
+
+def test_file_problem(source: str) -> str | None:
+    """Why no candidate could ever pass a pytest file (it is not Python, or defines no test), else None."""
+    names = _test_names(source)
+    if names is None:
+        return "is not valid Python"
+    return None if names else "defines no test"
+
+
+def _is_test(node: ast.stmt) -> bool:
+    """A `test*` function that is not a fixture (a fixture named test_input is no test)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.name.startswith("test"):
+        return False
+    return not any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)
 
 
 class PytestCheck:
@@ -300,10 +318,8 @@ class PytestCheck:
         self.name = f"pytest:{self.tests.name}"
         self._expected = _test_names(self.test_source)
         # A test file that cannot pass any candidate is the user's mistake: say so before a model call.
-        if self._expected is None:
-            raise ConfigError(f"the test file {self.tests} is not valid Python", hint="run pytest on it first")
-        if not self._expected:
-            raise ConfigError(f"the test file {self.tests} defines no test",
+        if problem := test_file_problem(self.test_source):
+            raise ConfigError(f"the test file {self.tests} {problem}",
                               hint="pytest collects test_* functions and the test_* methods of Test* classes")
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
