@@ -71,6 +71,7 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
         {"task": "x", "db": "shop.sqlite", "regex": "x"},
         {"task": "x", "json_schema": {"type": "nonsense"}},
         {"task": "x", "tests": "empty_test.py"},
+        {"task": "x", "regex": "x", "out": "."},
     ])
     with pytest.raises(ConfigError) as rejected:
         read_tasks(path, "refine")
@@ -78,7 +79,8 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
     for expected in ("line 2: not JSON", "line 3: a refine task needs a check", "line 5: regx: unknown field",
                      "line 7: tests: file not found: missing.py", "line 7: id 'a' is already used on line 6",
                      "line 8: must be a JSON object", "line 9: task:", "line 10: db: not a field of a refine task",
-                     "line 11: json_schema: not a valid JSON schema", "line 12: tests: empty_test.py defines no test"):
+                     "line 11: json_schema: not a valid JSON schema", "line 12: tests: empty_test.py defines no test",
+                     "line 13: out: must name a file"):
         assert expected in message
     assert "line 1:" not in message and "line 6:" not in message
 

@@ -179,3 +179,11 @@ def test_running_out_of_cpu_time_is_a_timeout():
     busy = Sandbox(Limits(timeout=30, cpu_seconds=1))
     signal = PythonScriptCheck("assert f()\n", sandbox=busy).run("def f():\n    while True: pass\n", CheckContext())
     assert signal.code is ErrorCode.TIMEOUT and "1s CPU limit" in signal.message, signal
+
+
+def test_a_file_that_would_replace_a_directory_is_a_clear_sandbox_error(tmp_path):
+    from reflexa.errors import SandboxError
+
+    (tmp_path / "solution.py").mkdir()  # the directory copied in holds a folder of the candidate's name
+    with pytest.raises(SandboxError, match="a directory has that name"):
+        SANDBOX.run([sys.executable, "-c", "pass"], copy_from=tmp_path, files={"solution.py": "x = 1"})

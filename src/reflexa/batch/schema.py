@@ -111,6 +111,8 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
         out = Path(task.out)
         if out.is_absolute() or ".." in out.parts:
             problems.append(f"out: must be a relative path inside the folder, got {task.out}")
+        elif not out.suffix or task.out.endswith("/") or (base / out).is_dir():
+            problems.append(f"out: must name a file (e.g. solution.py), got {task.out}")
     elif loop == "react":
         if not task.db:
             problems.append("db: required for a react task (an SQLite file)")

@@ -508,6 +508,9 @@ class Sandbox:
                 target = (scratch / name).resolve()
                 if not target.is_relative_to(scratch):
                     raise SandboxError(f"file {name!r} would land outside the scratch directory")
+                if target.is_dir():  # e.g. an out of "." or a folder named solution.py in the copied directory
+                    raise SandboxError(f"cannot write the file {name!r}: a directory has that name in the scratch "
+                                       "copy", hint="name a file for the candidate (--out, or a task's out)")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 # A model's text may hold a lone surrogate, which UTF-8 cannot encode: "?" in its place,
                 # so the check judges the code rather than the write failing the run.
