@@ -225,7 +225,7 @@ def refine(
         if target is not None and result.best is not None:
             written = where_best_goes(target, passed=result.passed, existed=existed)
             write_out(written, result.best)
-            if not (out_mode.json or out_mode.jsonl):
+            if not (out_mode.json or out_mode.jsonl) and (written != target or not out_mode.quiet):
                 kept = f"the run did not pass, so {out} is kept as it was; " if written != target else ""
                 shown = (out or target).with_name(written.name)
                 console.print(f"{kept}best candidate written to {shown}", markup=False, highlight=False)

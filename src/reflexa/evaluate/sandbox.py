@@ -582,12 +582,14 @@ class Sandbox:
         try:
             proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=pass_fds,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec)
-        except (OSError, subprocess.SubprocessError) as exc:  # the latter: a limit the child could not set
+        except BaseException as exc:  # a Ctrl-C landing here too: the cgroups and the pipe are not left behind
             if cgroups:
                 cgroups.sweep()
             if report_read >= 0:
                 os.close(report_read)
-            raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
+            if isinstance(exc, (OSError, subprocess.SubprocessError)):  # the latter: a limit not set
+                raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
+            raise
         finally:
             for fd in pass_fds:
                 os.close(fd)  # the child holds its copies; the parent's would keep the channel open
