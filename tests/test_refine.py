@@ -317,3 +317,49 @@ def test_a_fresh_attempt_shows_only_the_newest_lessons():
     last = model.prompts[-1][-1]["content"]
     assert result.iterations == 12 and last.count("- At attempt") == MAX_LESSONS
     assert f"miss {'z' * 11}\n" in last and f"miss {'z' * 6}\n" not in last  # the newest five: 7 to 11
+
+
+def test_a_pass_is_the_best_even_when_a_failure_scored_as_high():
+    """A command that printed "5 passed" and exited 1 fails with score 1.0; the candidate that then passes
+    is the run's best (the failing one was kept, and the CLI wrote it to --out)."""
+
+    class PrintsPassedButExits:
+        name, subjective = "command", False
+
+        def run(self, candidate, context):
+            ok = candidate.strip() == "good"
+            return Signal(self.name, ok, None if ok else ErrorCode.COMMAND_FAILED, "exit 1", score=1.0)
+
+    result = refine("t", [PrintsPassedButExits()], explain=False,
+                    session=Session(model=ScriptedModel([answer("bad"), answer("good")])))
+    assert result.passed and result.best == "good" and result.verdict.status.value == "PASS"
+
+
+def test_a_check_that_says_it_is_subjective_never_makes_a_pass_objective():
+    class Judge:  # a user's own judge: subjective, returning a plain signal
+        name, subjective = "my-judge", True
+
+        def run(self, candidate, context):
+            return Signal(self.name, True)
+
+    result = refine("t", [Judge()], session=Session(model=ScriptedModel([answer("anything")])))
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.verdict.subjective
+
+
+def test_a_judge_s_score_never_outranks_what_the_tests_measured():
+    class Tests:
+        name, subjective = "tests", False
+
+        def run(self, candidate, context):
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, "some failed",
+                          score={"a": 0.5, "b": 0.9}[candidate.strip()])
+
+    class Fond:  # prefers a
+        name, subjective = "judge", True
+
+        def run(self, candidate, context):
+            return Signal(self.name, True, score=1.0 if candidate.strip() == "a" else 0.0, subjective=True)
+
+    result = refine("t", [Tests(), Fond()], max_attempts=2, explain=False,
+                    session=Session(model=ScriptedModel([answer("a"), answer("b")])))
+    assert result.best == "b"

@@ -130,11 +130,19 @@ class Verdict:
 
     @property
     def score(self) -> float:
-        """Mean signal score; used to rank candidates for best-so-far."""
-        scores = [s.score if s.score is not None else float(s.ok) for s in self.signals]
+        """Mean score of the objective signals (of all, when every one is a judge's); used to rank candidates
+        for best-so-far, so a judge's opinion never outranks what the tests measured."""
+        measured = [s for s in self.signals if not s.subjective] or list(self.signals)
+        scores = [s.score if s.score is not None else float(s.ok) for s in measured]
         if not scores:
             return 1.0 if self.status is Status.PASS else 0.0
         return sum(scores) / len(scores)
+
+    def better_than(self, other: Verdict) -> bool:
+        """Whether this verdict's candidate should replace `other`'s as best-so-far: a pass beats any
+        failure (a failing signal can score as high as a pass: a command that printed "5 passed" and
+        exited 1), then the higher score."""
+        return (self.status is Status.PASS, self.score) > (other.status is Status.PASS, other.score)
 
 
 LESSON_FIELD_CHARS = 300

@@ -486,4 +486,10 @@ def run_checks(checks: Sequence[Check], candidate: str, context: CheckContext) -
     """Run every check on a candidate. An empty candidate fails at once, without running anything."""
     if not candidate.strip():
         return verdict_from([Signal("candidate", False, ErrorCode.EMPTY, "the answer is empty", score=0.0)])
-    return verdict_from([check.run(candidate, context) for check in checks])
+    signals = []
+    for check in checks:
+        signal = check.run(candidate, context)
+        if getattr(check, "subjective", False) and not signal.subjective:
+            signal = dataclasses.replace(signal, subjective=True)  # a judge's pass is never an objective one
+        signals.append(signal)
+    return verdict_from(signals)

@@ -148,7 +148,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
         if s.attempts == 1:
             s.first_attempt_tokens = run.meter.total.total_tokens
-        if s.best is None or verdict.score > s.best[1].score:
+        if s.best is None or verdict.better_than(s.best[1]):
             s.best = (candidate, verdict)
         if not engine.gate(s.attempts, verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
