@@ -235,3 +235,15 @@ def test_a_lesson_whose_correction_repeats_the_failure_is_discarded():
     assert restates(Lesson("query", "no such table: tent", "r", "No such table: tent"))
     assert not restates(Lesson(answer, "the validator rejected John Doe", "no query counted orders per customer",
                                "count orders per customer with GROUP BY before answering"))
+
+
+def test_a_correction_that_changes_only_a_number_is_no_repeat():
+    from reflexa.reflect.progress import Progress
+    from reflexa.types import Control
+
+    forced = Lesson("step", "order 7 is missing", "wrong id", "use id 8",
+                    Control("force_action", "get_order", args={"id": 8}))
+    assert not Progress.correction_repeats(forced, 'get_order({"id": 7})')
+    assert Progress.correction_repeats(forced, 'get_order({"id": 8})')
+    assert not Progress.correction_repeats(Lesson("a", "b", "c", "42"), "41")
+    assert Progress.correction_repeats(Lesson("a", "b", "c", "Return  42"), "return 42")

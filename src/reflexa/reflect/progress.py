@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from ..types import Lesson, normalise
+from ..types import Lesson
+
+
+def _words(text: str) -> list[str]:
+    return text.lower().split()
 
 
 def same(a: str, b: str) -> bool:
@@ -40,10 +44,11 @@ class Progress:
     def correction_repeats(lesson: Lesson, failing_action: str) -> bool:
         """The lesson's next action is the action that just failed (actions in the `tool({json args})` form
         that react's `describe_action` writes)."""
+        # Compared up to case and spacing, numbers kept: get_order(id=8) after get_order(id=7) is a change.
         if lesson.control is not None and lesson.control.kind == "force_action":
             forced = f"{lesson.control.tool}({json.dumps(lesson.control.args, sort_keys=True)})"
-            return normalise(forced) == normalise(failing_action)
-        return normalise(lesson.correction) == normalise(failing_action)
+            return _words(forced) == _words(failing_action)
+        return _words(lesson.correction) == _words(failing_action)
 
     def stalled(self, candidates: list[str], fingerprints: frozenset[str]) -> str | None:
         """For attempt loops: an identical candidate, or the same failures twice in a row."""
