@@ -206,3 +206,37 @@ def test_sql_misspelt_filter_value_is_offered_its_repair(shop):
 def test_sql_missing_database_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError):
         sql_tools(tmp_path / "none.sqlite")
+
+
+def test_enum_and_model_arguments_reach_the_tool_as_themselves_and_fit_the_action_schema():
+    """An Enum or a nested model argument: its $defs move to the action schema's root (a reply was checked
+    against a reference to nowhere), and the tool gets the model, not a dict."""
+    import enum
+
+    import jsonschema
+    from pydantic import BaseModel
+
+    from reflexa.loops import react_prompts
+
+    class Status(enum.Enum):
+        OPEN = "open"
+        DONE = "done"
+
+    class Point(BaseModel):
+        x: float
+        y: float
+
+    seen = []
+
+    @tool
+    def mark(status: Status, at: Point) -> str:
+        """Mark a point."""
+        seen.append((status, at))
+        return f"{status.value} at {at.x},{at.y}"
+
+    registry = ToolRegistry([mark])
+    schema = react_prompts.action_schema(registry)
+    reply = {"action": {"thought": "t", "tool": "mark", "args": {"status": "open", "at": {"x": 1, "y": 2}}}}
+    jsonschema.validate(reply, schema)  # raised PointerToNowhere before
+    observation = ToolSession(registry).call("mark", {"status": "open", "at": {"x": 1, "y": 2}}, step=1)
+    assert observation.ok and seen == [(Status.OPEN, Point(x=1, y=2))]

@@ -43,10 +43,17 @@ def action_schema(registry: ToolRegistry) -> dict[str, Any]:
 
     final_args = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": ANSWER_CHARS}},
                   "required": ["answer"], "additionalProperties": False}
-    branches = [branch(t.name, {k: v for k, v in t.args_model.model_json_schema().items() if k != "title"})
-                for t in registry.tools.values()]
+    branches, defs = [], {}
+    for t in registry.tools.values():
+        args = {k: v for k, v in t.args_model.model_json_schema().items() if k != "title"}
+        # An argument that is an Enum or a model refers to "#/$defs/Name": those definitions move to the root,
+        # where the references point once the arguments sit inside the action schema.
+        defs.update(args.pop("$defs", {}))
+        branches.append(branch(t.name, args))
     union = {"anyOf": [*branches, branch(FINAL, final_args)]}
-    return {"type": "object", "properties": {"action": union}, "required": ["action"], "additionalProperties": False}
+    schema: dict[str, Any] = {"type": "object", "properties": {"action": union}, "required": ["action"],
+                              "additionalProperties": False}
+    return {**schema, "$defs": defs} if defs else schema
 
 
 def describe_action(tool: str, args: dict[str, Any]) -> str:

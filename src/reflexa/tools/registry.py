@@ -272,7 +272,9 @@ class ToolSession:
         return observation
 
     def _invoke(self, t: Tool, args: dict[str, Any], valid: BaseModel) -> Observation:
-        call = (lambda: t.function(valid)) if t.takes_model else (lambda: t.function(**valid.model_dump()))
+        # The validated values as they are (a nested model or a dataclass stays one; model_dump made dicts).
+        values = {name: getattr(valid, name) for name in type(valid).model_fields}
+        call = (lambda: t.function(valid)) if t.takes_model else (lambda: t.function(**values))
         try:
             value = _run_with_timeout(call, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
