@@ -189,3 +189,20 @@ def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
             for r in db.execute("SELECT output FROM steps WHERE kind = 'react' ORDER BY step_id")
         ]
         assert sum("INSERT" in a for a in actions) == 1 and len(actions) == 3
+
+
+def test_validators_judge_any_answer_without_raising(shop, monkeypatch):
+    """A NUL or a lone surrogate in an answer, output that is not UTF-8, a command whose children outlive
+    it: each is a verdict on the answer, never an exception that ends the run."""
+    import time
+
+    from reflexa.evaluate.answer import answer_validator
+
+    sql = answer_validator("SELECT 1 WHERE (SELECT count(*) FROM orders) = CAST(:answer AS INTEGER)", shop)
+    assert sql("400") is None and "failed" in sql("4\ud8000")
+    command = answer_validator('test "$REFLEXA_ANSWER" = 400')
+    assert command("400") is None and "NUL" in command("4\x000") and command("4\ud800") is not None
+    assert "exited 1" in answer_validator("printf '\\377' >&2; exit 1")("x")
+    monkeypatch.setattr("reflexa.evaluate.answer.COMMAND_TIMEOUT", 1)
+    started = time.monotonic()  # the shell's children are killed with it: communicate() returns at once
+    assert "timed out" in answer_validator("sleep 30 & sleep 30")("x") and time.monotonic() - started < 10

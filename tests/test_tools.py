@@ -181,6 +181,25 @@ def test_sql_unknown_column_suggests_a_close_match(shop):
     assert table.code is ErrorCode.NOT_FOUND and table.suggestion == {"table": "customers"}
 
 
+def test_sql_read_only_creates_no_file_and_offers_no_repair_that_changes_nothing(shop, tmp_path):
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    attached = session.call("query", {"sql": f"ATTACH '{tmp_path / 'new.db'}' AS x"})
+    assert not attached.ok and not (tmp_path / "new.db").exists()  # ATTACH made the file, read-only or not
+    # A column of another table: the close match is the same name, so no rewrite is offered (it looped).
+    same = session.call("query", {"sql": "SELECT city FROM products"})
+    assert same.code is ErrorCode.NOT_FOUND and same.suggestion is None and "another table" in same.message
+
+
+def test_a_database_path_with_uri_characters_is_opened_as_it_is(shop, tmp_path):
+    import shutil
+
+    odd = tmp_path / "proj#2" / "100%41"
+    odd.mkdir(parents=True)
+    shutil.copy(shop, odd / "shop.sqlite")
+    session = ToolSession(ToolRegistry(sql_tools(odd / "shop.sqlite")))
+    assert "customers" in session.call("list_tables", {}).output and not (tmp_path / "proj").exists()
+
+
 def test_sql_names_what_exists_when_nothing_is_close(shop):
     wrong = ToolSession(ToolRegistry(sql_tools(shop))).call("query", {"sql": "SELECT price FROM tent"})
     assert wrong.code is ErrorCode.NOT_FOUND and "tables: customers, order_items" in wrong.message

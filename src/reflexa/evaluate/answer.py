@@ -3,10 +3,13 @@ is wrong. `react --validate` and `plan`'s sub-goal checks build theirs here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sqlite3
 import subprocess
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,31 +42,44 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
 
     def check_sql(answer: str) -> str | None:
         try:
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            with sqlite3.connect(_ro_uri(path), uri=True) as conn:  # type: ignore[arg-type]  # SQL: a path
                 params = {"answer": answer} if ":answer" in validate else {}
                 row = conn.execute(validate, params).fetchone()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, ValueError) as exc:  # ValueError: an answer holding a lone surrogate
             return f"the validation query failed: {exc}"
         return None if row is not None else "the validation query returned no row for this answer"
 
     def check_command(answer: str) -> str | None:
-        try:
-            done = subprocess.run(validate, shell=True, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
-                                  env={**os.environ, "REFLEXA_ANSWER": answer})
-        except subprocess.TimeoutExpired:
-            return f"the validation command timed out after {COMMAND_TIMEOUT} s"
-        if done.returncode == 0:
+        if "\x00" in answer:
+            return "the answer holds a NUL character, which no command can be given"
+        # A session of its own, so a timeout kills the command's children too, not just its shell.
+        with subprocess.Popen(validate, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              errors="replace", start_new_session=True,
+                              env={**os.environ, "REFLEXA_ANSWER": answer.encode("utf-8", "replace").decode()}) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=COMMAND_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                return f"the validation command timed out after {COMMAND_TIMEOUT} s"
+        if proc.returncode == 0:
             return None
-        return f"the validation command exited {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+        return f"the validation command exited {proc.returncode}: {(stderr or stdout).strip()[-200:]}"
 
     return check_sql if is_sql(validate) else check_command
+
+
+def _ro_uri(path: Path) -> str:
+    """A read-only `file:` URI for an SQLite path, with `#`, `?` and `%` in it quoted."""
+    return f"file:{urllib.parse.quote(str(path))}?mode=ro"
 
 
 def _compiles(query: str, db: Path) -> None:
     """A query that cannot run (a syntax error, an unknown table) is a ConfigError before the run, not a
     failure blamed on every answer the model gives."""
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        with sqlite3.connect(_ro_uri(db), uri=True) as conn:
             conn.execute(f"EXPLAIN {query}", {"answer": ""} if ":answer" in query else {})  # compiled, not run
     except sqlite3.Error as exc:
         raise ConfigError(f"the validation query does not run on {db.name}: {exc}",

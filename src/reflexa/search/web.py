@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 from typing import Any
 
 from ..errors import ConfigError
@@ -16,7 +15,6 @@ from .base import Evidence, SearchError
 
 TIMEOUT = 15.0
 """Seconds a search request may take."""
-_TAG = re.compile(r"<[^>]+>")
 
 
 def _require(module: str, extra: str = "web") -> Any:
@@ -45,8 +43,8 @@ class TavilySearch:
             data = self.client.search(query, max_results=k, timeout=TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the SDK raises its own and requests' exceptions
             raise SearchError(f"tavily: {exc}") from None
-        return [Evidence(r["url"], r["url"], r.get("title", ""), r.get("content", ""), float(r.get("score", 0.0)))
-                for r in data.get("results", [])[:k]]
+        return [Evidence(r["url"], r["url"], r.get("title") or "", r.get("content") or "",
+                         float(r.get("score") or 0.0)) for r in data.get("results", [])[:k]]
 
 
 class DuckDuckGoSearch:
@@ -62,7 +60,7 @@ class DuckDuckGoSearch:
             rows = self.client.text(query, max_results=k)
         except Exception as exc:  # noqa: BLE001 - ddgs raises DDGSException and its transport's errors
             raise SearchError(f"ddgs: {exc}") from None
-        return [Evidence(r["href"], r["href"], r.get("title", ""), r.get("body", ""), float(k - i))
+        return [Evidence(r["href"], r["href"], r.get("title") or "", r.get("body") or "", float(k - i))
                 for i, r in enumerate(rows[:k])]
 
 
@@ -89,8 +87,8 @@ class WikipediaSearch:
             raise SearchError(f"wikipedia: {exc}") from None
         ranked = sorted(pages.values(), key=lambda p: p.get("index", 0))[:k]
         return [Evidence(p.get("fullurl", f"https://en.wikipedia.org/?curid={p['pageid']}"),
-                         p.get("fullurl", f"https://en.wikipedia.org/?curid={p['pageid']}"), p["title"],
-                         html.unescape(_TAG.sub("", p.get("extract", ""))), float(k - i))
+                         p.get("fullurl", f"https://en.wikipedia.org/?curid={p['pageid']}"), p.get("title") or "",
+                         html.unescape(p.get("extract") or ""), float(k - i))  # plain text: "<" is text
                 for i, p in enumerate(ranked)]
 
 

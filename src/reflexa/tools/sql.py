@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -29,6 +30,15 @@ fixed query, which the classifier applies by rule) only when they are at least t
 agent, since a value, unlike a misspelt column, can mean something else."""
 
 
+def file_uri(path: Path) -> str:
+    """A `file:` URI for an SQLite path: `#`, `?` and `%` in it are quoted, not read as the URI's parts."""
+    return "file:" + urllib.parse.quote(str(path.resolve()))
+
+
+def _no_attach(action: int, *args: object) -> int:
+    return sqlite3.SQLITE_DENY if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
+
+
 def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
     """Tools over the SQLite file at `path`. With write=False the file is opened read-only and queries
     that would change it fail with PERMISSION. With write=True, `execute` is a side-effecting tool."""
@@ -39,9 +49,10 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
     def connect(writable: bool = False) -> sqlite3.Connection:
         # A connection per call (tools run in worker threads); only `execute` ever gets a writable one,
         # so a change can never slip through `query` around the side-effect bookkeeping.
-        conn = sqlite3.connect(f"file:{db_path.resolve()}?mode={'rw' if writable else 'ro'}", uri=True, timeout=5)
+        conn = sqlite3.connect(f"{file_uri(db_path)}?mode={'rw' if writable else 'ro'}", uri=True, timeout=5)
         if not writable:
             conn.execute("PRAGMA query_only=ON")
+            conn.set_authorizer(_no_attach)  # ATTACH creates a missing file, read-only connection or not
         return conn
 
     def tables(conn: sqlite3.Connection) -> list[str]:
@@ -58,9 +69,13 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             kind, wrong = match.groups()
             wrong = wrong.split(".")[-1]
             pool = columns(conn) if kind == "column" else tables(conn)
-            if close := difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6):
-                suggestion = {"sql": re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql)}
+            close = difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6)
+            repaired = re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql) if close else sql
+            if close and repaired != sql:
+                suggestion = {"sql": repaired}
                 message += f" (did you mean {close[0]}?)"
+            elif close:  # the name exists (in another table, or behind a wrong alias): no rewrite to offer
+                message += f" ({close[0]} is a {kind} of another table, or needs its table's name or alias)"
             else:  # no close match: name what exists, so the next step need not guess
                 message += f" ({kind}s: {', '.join(pool[:40])})"
         return ToolError(code, message, suggestion=suggestion)
