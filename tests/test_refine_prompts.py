@@ -27,3 +27,9 @@ def test_a_longer_fence_holds_shorter_ones():
     """A markdown answer in a ```` fence keeps the ``` blocks inside it (it was cut at the first one)."""
     reply = "````markdown\n# Usage\n\nRun:\n\n```sh\nmytool --help\n```\n\nDone.\n````\nMore text."
     assert split_reply(reply) == ("", "# Usage\n\nRun:\n\n```sh\nmytool --help\n```\n\nDone.")
+
+
+def test_a_one_line_fence_keeps_its_first_word():
+    assert split_reply("```42```")[1] == "42"
+    assert split_reply("```SELECT name FROM users```")[1] == "SELECT name FROM users"
+    assert split_reply("```python\nx = 1\n```")[1] == "x = 1"

@@ -12,9 +12,9 @@ from ..types import Lesson
 
 REVISE = "Write a corrected, complete answer in one fenced code block."
 
-_FENCE = re.compile(r"(`{3,})[\w+-]*\n?(.*?)\1(?!`)", re.DOTALL)
+_FENCE = re.compile(r"(`{3,})(?:[\w+-]*\n)?(.*?)\1(?!`)", re.DOTALL)
 """A fenced block, closed by a fence as long as the one that opened it: a markdown answer in a ```` fence
-may hold ``` blocks of its own."""
+may hold ``` blocks of its own. A language tag is one only when a line break follows it (```42``` is 42)."""
 _OPEN_FENCE = re.compile(r"`{3,}[\w+-]*\n(.*)\Z", re.DOTALL)
 
 
