@@ -247,3 +247,15 @@ def test_a_correction_that_changes_only_a_number_is_no_repeat():
     assert Progress.correction_repeats(forced, 'get_order({"id": 8})')
     assert not Progress.correction_repeats(Lesson("a", "b", "c", "42"), "41")
     assert Progress.correction_repeats(Lesson("a", "b", "c", "Return  42"), "return 42")
+
+
+@pytest.mark.parametrize("message,transient", [
+    ("database is busy (lock held by a backup); call again", True), ("database is locked", True),
+    ("HTTP 503 from upstream", True), ("429 Too Many Requests", True), ("rate limited, try later", True),
+    ("no customer with id 503", False), ("syntax error at line 429", False),
+    ("account is locked by policy", False), ("feature unavailable on this plan", False),
+])
+def test_only_an_error_that_says_waiting_helps_is_retried_by_rule(message, transient):
+    from reflexa.reflect.classify import TRANSIENT
+
+    assert bool(TRANSIENT.search(message)) is transient

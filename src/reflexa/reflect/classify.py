@@ -17,10 +17,13 @@ TIMEOUT_BACKOFF = 0.5
 transient error; each later one waits twice as long)."""
 TRANSIENT_RETRIES = 2
 """Rule-based retries of one call whose error says it is transient, before it goes to reflection."""
-TRANSIENT = re.compile(r"\b(busy|locked|try (again|later)|call again|temporar(il)?y|unavailable|rate.?limit(ed)?|"
-                       r"too many requests|503|429)\b", re.IGNORECASE)
+TRANSIENT = re.compile(r"\b(busy|(database|table|file|resource) is locked|try (again|later)|call again|"
+                       r"temporar(il)?y|(service|server) unavailable|rate.?limit(ed)?|too many requests|"
+                       r"(http|status|error|code)[ :]*(503|429)|(503|429) (from|error|service|too))\b",
+                       re.IGNORECASE)
 """A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
-pause is the textbook repair, and asking a model why costs more than the retry."""
+pause is the textbook repair, and asking a model why costs more than the retry. A bare number is no such
+sign ("no customer with id 503"), nor is "locked" alone ("account is locked by policy")."""
 
 
 class Decision(StrEnum):
