@@ -259,3 +259,12 @@ def test_only_an_error_that_says_waiting_helps_is_retried_by_rule(message, trans
     from reflexa.reflect.classify import TRANSIENT
 
     assert bool(TRANSIENT.search(message)) is transient
+
+
+def test_the_reflector_prompt_keeps_its_evidence_and_instruction_when_long():
+    from reflexa.reflect.reflector import CONTEXT_CHARS, local_context
+
+    prompt = local_context("g" * 900, ["f" * 300] * 3, "a" * 900, Signal("tests", False, ErrorCode.TEST_FAILED,
+                           "m" * 600), "s" * 900)
+    assert len(prompt) <= CONTEXT_CHARS and prompt.count("<<<") == prompt.count(">>>") == 2
+    assert prompt.endswith("root_cause, correction.")

@@ -50,13 +50,15 @@ class Reflection(BaseModel):
 def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: Signal, snippet: str) -> str:
     """The reflector's user prompt, each part capped so the whole stays within CONTEXT_CHARS."""
     fact_text = "\n".join(f"- {cap(f, 160)}" for f in facts[:3]) or "(none)"
-    return (
-        f"Goal:\n{cap(goal, 500)}\n\nKnown facts:\n{fact_text}\n\n"
+    head = f"Goal:\n{cap(goal, 500)}\n\nKnown facts:\n{fact_text}\n\n"
+    tail = (
         f"Failing action:\n<<<\n{data(cap(failing_action, 400))}\n>>>\n\n"
         f"Signal: {signal.code or 'FAILED'} from {signal.source}: {cap(signal.message, 250)}\n\n"
         f"Output around the failure:\n<<<\n{data(cap(snippet, 350))}\n>>>\n\n"
         "Reply with JSON: failure_step, observed_mismatch (quote the evidence), root_cause, correction."
-    )[:CONTEXT_CHARS]
+    )
+    # Over the limit, the goal and facts give way: the evidence, its closing >>> and the instruction stay.
+    return head[: max(0, CONTEXT_CHARS - len(tail))] + tail
 
 
 _TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|-?\d+(?:\.\d+)?")
