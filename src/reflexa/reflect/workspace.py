@@ -56,7 +56,8 @@ class Workspace:
         if self.memory:
             parts.append("Known from earlier sub-goals and the request:\n" + "\n".join(f"- {f}" for f in self.memory))
         if self.facts:
-            parts.append("Facts:\n" + "\n".join(f"- {f}" for f in self.facts))
+            # A fact is "action -> output": tool output, so data like the window's, never instructions.
+            parts.append("Facts:\n" + "\n".join(f"- <<<{data(f)}>>>" for f in self.facts))
         if self.policies:
             parts.append("Corrections from earlier failures (follow them):\n" + "\n".join(self.policies))
         if self.window:
