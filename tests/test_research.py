@@ -422,3 +422,12 @@ def test_pdf_files_are_indexed_when_pypdf_is_installed(tmp_path):
     report = corpus.index(folder)
     assert report.added == 1 and report.skipped == 1 and report.unreadable == ("broken.pdf",)
     assert "343 metres" in corpus.search("Millau viaduct height", 1)[0].snippet
+
+
+def test_an_upper_case_html_file_is_read_as_html(tmp_path):
+    (tmp_path / "PAGE.HTML").write_text("<html><title>Bridge</title><script>var x = 1;</script>"
+                                        "<p>The span is 1280 metres.</p></html>")
+    corpus = LocalCorpus.for_folder(tmp_path)
+    corpus.index(tmp_path)
+    (hit,) = corpus.search("bridge span metres", 1)
+    assert hit.title == "Bridge" and "<p>" not in hit.snippet

@@ -25,8 +25,8 @@ def failing(signals: Sequence[Signal]) -> list[Signal]:
 
 
 def _key(text: str) -> str:
-    # Case and spacing aside only: numbers and identifiers tell actions apart ("refund order 1" and
-    # "refund order 2" are two actions, not one repeated).
+    # Case and spacing aside only: numbers and identifiers tell thoughts apart ("refund order 1" and
+    # "refund order 2" are two, not one repeated).
     return " ".join(text.lower().split())
 
 
@@ -47,7 +47,8 @@ def step_signals(*, source: str, ok: bool, code: ErrorCode | None, message: str,
         signals.append(Signal(source, False, code, message, evidence))
     # A repeat before a truncation: a call repeated after its long output was shown and paged is circling,
     # and paging it again would show the same pages.
-    if repeated(action, earlier_actions):
+    # An action is a repeat only when equal up to spacing: case tells values apart ('Bob' and 'bob').
+    if any(action.split() == earlier.split() for earlier in earlier_actions):
         signals.append(Signal(source, False, ErrorCode.REPEATED, f"repeated action {action}", evidence))
     elif thought.strip() and repeated(thought, earlier_thoughts, similarity):
         signals.append(Signal(source, False, ErrorCode.REPEATED, "repeated thought", thought[:200]))

@@ -45,7 +45,7 @@ def _text(path: Path) -> tuple[str, str]:
         title = (reader.metadata.title if reader.metadata and reader.metadata.title else path.stem)
         return title, "\n\n".join(page.extract_text() or "" for page in reader.pages)
     raw = path.read_text(errors="replace")
-    if path.suffix in (".html", ".htm"):
+    if path.suffix.lower() in (".html", ".htm"):
         found = re.search(r"<title>(.*?)</title>", raw, re.DOTALL | re.IGNORECASE)
         body = html.unescape(_TAG.sub(" ", raw))
         return (html.unescape(found.group(1)).strip() if found else path.stem), body
