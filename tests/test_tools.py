@@ -259,3 +259,23 @@ def test_enum_and_model_arguments_reach_the_tool_as_themselves_and_fit_the_actio
     jsonschema.validate(reply, schema)  # raised PointerToNowhere before
     observation = ToolSession(registry).call("mark", {"status": "open", "at": {"x": 1, "y": 2}}, step=1)
     assert observation.ok and seen == [(Status.OPEN, Point(x=1, y=2))]
+
+
+def test_a_blocked_value_and_an_effect_key_see_the_arguments_as_validated():
+    """17.0, "17 " and "017" are the int 17: a block on order 17 holds for each, and one charge at a step is
+    one effect however its amount is spelled (they were three)."""
+    charges = []
+
+    @tool(side_effect=True)
+    def charge(order_id: int, amount: int = 5) -> str:
+        """Charge an order."""
+        charges.append(order_id)
+        return f"charged {order_id}"
+
+    session = ToolSession(ToolRegistry([charge]), MemoryStore(), "run-1")
+    session.blocks.apply(Control("block_value", "charge", arg="order_id", value="17"))
+    for spelling in (17.0, "17 ", "017"):
+        assert session.call("charge", {"order_id": spelling}, step=1).code is ErrorCode.BLOCKED
+    for spelling in (5, "5", 5.0):
+        session.call("charge", {"order_id": spelling}, step=2)
+    assert charges == [5]

@@ -242,7 +242,7 @@ class ToolSession:
             return Observation(name, args, False, code=ErrorCode.SCHEMA,
                                message=f"unknown tool {cap(name, 60)!r}; tools: {', '.join(self.registry.tools)}")
         t = self.registry.tools[name]
-        if reason := self.blocks.refuses(name, args):
+        if reason := self.blocks.refuses(name, {}):  # the tool itself, whatever its arguments
             return Observation(name, args, False, code=ErrorCode.BLOCKED, message=reason)
         try:
             valid = t.args_model.model_validate(args)
@@ -251,7 +251,13 @@ class ToolSession:
             where = ".".join(str(p) for p in first["loc"]) or "args"
             return Observation(name, args, False, code=ErrorCode.SCHEMA, message=f"{where}: {first['msg']}",
                                suggestion=_renamed(args, t.args_model))
-        key = effect_key(self.run_id, step, name, args) if t.side_effect and self.effects is not None else None
+        # Blocked values and effect keys compare the arguments as validated (17.0, "17" and "017" are the
+        # int 17; an omitted default is there), so another spelling of the same call is the same call.
+        canonical = valid.model_dump(mode="json")
+        if reason := self.blocks.refuses(name, canonical):
+            return Observation(name, args, False, code=ErrorCode.BLOCKED, message=reason)
+        key = (effect_key(self.run_id, step, name, canonical) if t.side_effect and self.effects is not None
+               else None)
         if key is not None:
             if (done := self.effects.get("effects", key)) is not None:
                 if done.get("pending"):
