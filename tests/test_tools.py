@@ -279,3 +279,18 @@ def test_a_blocked_value_and_an_effect_key_see_the_arguments_as_validated():
     for spelling in (5, "5", 5.0):
         session.call("charge", {"order_id": spelling}, step=2)
     assert charges == [5]
+
+
+def test_two_tools_of_one_name_are_refused():
+    @tool(name="lookup")
+    def first(key: str) -> str:
+        """One."""
+        return key
+
+    @tool(name="lookup")
+    def second(key: str) -> str:
+        """Two."""
+        return key
+
+    with pytest.raises(ConfigError, match="two tools are named 'lookup'"):
+        ToolRegistry([first, second])

@@ -47,6 +47,7 @@ CASES = [
     (["react", "q", "--db", "missing.sqlite"], "database not found"),
     (["research", "q", "--corpus", "missing"], "corpus"),
     (["index", "tests.py"], "is a file, not a folder"),
+    (["refine", "--task", "solve.py", "--tests", "tests.py"], "task file not found"),
     (["react", "  ", "--db", "shop.sqlite"], "the goal is empty"),
     (["runs", "--loop", "bogus"], "--loop must be one of refine, react, research, trials, plan"),
     (["refine", "--task", "t", "--tests", "syntax.py"], "not valid Python"),

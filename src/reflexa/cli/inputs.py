@@ -26,15 +26,15 @@ def read_text_file(path: Path, what: str) -> str:
 
 
 def read_task(task: str) -> str:
-    """--task is a file when such a file exists, else the task text itself. A lone word ending in .md or
-    .txt that names no file is taken for a mistyped path; a directory is an error."""
+    """--task is a file when such a file exists, else the task text itself. A lone word ending in .md, .txt
+    or .py that names no file is taken for a mistyped path; a directory is an error."""
     try:
         path = Path(task)
         if path.is_file() or path.is_dir():
             return read_text_file(path, "task file")
     except (OSError, ValueError):  # e.g. a long one-line task: too long to be a file name, so it is text
         return task
-    if " " not in task.strip() and path.suffix in (".md", ".txt"):
+    if " " not in task.strip() and path.suffix in (".md", ".txt", ".py"):
         raise ConfigError(f"task file not found: {task}", hint="give an existing file or the task text in quotes")
     if not task.strip():
         raise ConfigError("the task is empty")

@@ -40,9 +40,11 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
     if is_sql(validate) and path is not None and path.is_file():
         _compiles(validate, path)
 
+    uri = _ro_uri(path) if path is not None else ""  # an SQL validation always has its database
+
     def check_sql(answer: str) -> str | None:
         try:
-            with sqlite3.connect(_ro_uri(path), uri=True) as conn:  # type: ignore[arg-type]  # SQL: a path
+            with sqlite3.connect(uri, uri=True) as conn:
                 params = {"answer": answer} if ":answer" in validate else {}
                 row = conn.execute(validate, params).fetchone()
         except (sqlite3.Error, ValueError) as exc:  # ValueError: an answer holding a lone surrogate

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard
 
 from pydantic import BaseModel, field_validator
 
@@ -277,9 +277,9 @@ def _test_names(source: str) -> frozenset[str] | None:
     names = set()
     for node in tree.body:
         if _is_test(node):
-            names.add(node.name)  # type: ignore[attr-defined]  # _is_test: a function
+            names.add(node.name)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names.update(n.name for n in node.body if _is_test(n))  # type: ignore[attr-defined]
+            names.update(n.name for n in node.body if _is_test(n))
     return frozenset(names)
 
 
@@ -291,7 +291,7 @@ def test_file_problem(source: str) -> str | None:
     return None if names else "defines no test"
 
 
-def _is_test(node: ast.stmt) -> bool:
+def _is_test(node: ast.stmt) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef]:
     """A `test*` function that is not a fixture (a fixture named test_input is no test)."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.name.startswith("test"):
         return False
