@@ -294,3 +294,17 @@ def test_two_tools_of_one_name_are_refused():
 
     with pytest.raises(ConfigError, match="two tools are named 'lookup'"):
         ToolRegistry([first, second])
+
+
+def test_a_runaway_read_only_query_is_stopped_by_sqlite(shop, monkeypatch):
+    """Not just abandoned at the tool's timeout (a thread cannot be killed, and went on burning a core)."""
+    import threading
+
+    monkeypatch.setattr("reflexa.tools.sql.QUERY_SECONDS", 0.5)
+    before = threading.active_count()
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    started = time.monotonic()
+    stopped = session.call("query", {"sql": endless})
+    assert stopped.code is ErrorCode.TIMEOUT and "was stopped" in stopped.message
+    assert time.monotonic() - started < 5 and threading.active_count() <= before

@@ -9,13 +9,18 @@ from __future__ import annotations
 import difflib
 import re
 import sqlite3
+import time
 import urllib.parse
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..types import ErrorCode
-from .registry import Tool, ToolError, sqlite_error_code, tool
+from .registry import TOOL_TIMEOUT, Tool, ToolError, sqlite_error_code, tool
 
+QUERY_SECONDS = TOOL_TIMEOUT - 1
+"""A read-only query is stopped by SQLite after this long, a second before its tool call times out."""
+PROGRESS_STEPS = 10_000
+"""SQLite virtual-machine steps between two looks at the clock (a fraction of a millisecond)."""
 MAX_ROWS = 200
 """Rows a query returns at most; the rest is reported as a count."""
 EQUALS_TEXT = re.compile(r"\b(\w+)\s*=\s*'([^']*)'")
@@ -53,6 +58,10 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         if not writable:
             conn.execute("PRAGMA query_only=ON")
             conn.set_authorizer(_no_attach)  # ATTACH creates a missing file, read-only connection or not
+            # SQLite itself stops a runaway query, just before the tool is abandoned at its timeout (an
+            # abandoned Python thread cannot be killed, and would go on burning a core).
+            deadline = time.monotonic() + QUERY_SECONDS
+            conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
         return conn
 
     def tables(conn: sqlite3.Connection) -> list[str]:
@@ -104,10 +113,15 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         with connect() as conn:
             try:
                 cursor = conn.execute(sql)
+                header = [d[0] for d in cursor.description or []]
+                rows = cursor.fetchmany(MAX_ROWS + 1)
+            except sqlite3.OperationalError as exc:
+                if "interrupted" not in str(exc):
+                    raise fail(conn, exc, sql) from None
+                raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped",
+                                suggestion=None) from None
             except sqlite3.Error as exc:
                 raise fail(conn, exc, sql) from None
-            header = [d[0] for d in cursor.description or []]
-            rows = cursor.fetchmany(MAX_ROWS + 1)
             unmatched = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
