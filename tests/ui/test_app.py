@@ -394,3 +394,12 @@ def test_trials_and_unknown_step_kinds_render(tmp_path):
     assert len(inner) == 2 and all(client_for(tmp_path / "trace.db").get(f"/runs/{r}").status_code == 200
                                    for r in inner)
     assert "&lt;b&gt;bold&lt;/b&gt;" in html and "<b>bold</b>" not in html
+
+
+def test_a_host_that_does_not_resolve_is_named_as_the_problem():
+    from reflexa.errors import ConfigError
+    from reflexa.ui.server import listen
+
+    with pytest.raises(ConfigError, match="cannot listen on nonexistent.invalid") as refused:
+        listen("nonexistent.invalid", 0)
+    assert "--host" in (refused.value.hint or "")

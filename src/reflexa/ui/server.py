@@ -29,6 +29,11 @@ def listen(host: str, port: int) -> socket.socket:
     """A listening socket, or a ConfigError saying why not (port taken, address not here)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
+        socket.getaddrinfo(host.strip("[]"), port, family)
+    except socket.gaierror as exc:  # the name is the problem, not the port
+        raise ConfigError(f"cannot listen on {host}: {exc.strerror or exc}",
+                          hint="give --host an address of this machine, or a name it resolves") from None
+    try:
         return socket.create_server((host.strip("[]"), port), family=family)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
