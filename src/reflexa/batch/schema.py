@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..tools.sql import is_sqlite
 
 Loop = Literal["refine", "react", "research"]
 LOOPS: tuple[str, ...] = ("refine", "react", "research")
@@ -118,7 +119,7 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
             problems.append("db: required for a react task (an SQLite file)")
         elif not (base / task.db).is_file():
             problems.append(f"db: file not found: {task.db}")
-        elif not _is_sqlite(base / task.db):
+        elif not is_sqlite(base / task.db):
             problems.append(f"db: not an SQLite database: {task.db}")
         if task.validate_ is not None and not task.validate_.strip():
             problems.append("validate: empty")
@@ -137,11 +138,6 @@ def _tests_problem(path: Path) -> str | None:
         return test_file_problem(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot be read: {exc}"
-
-
-def _is_sqlite(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(16) == b"SQLite format 3\x00"
 
 
 def _absolute(task: TaskLine, base: Path, line: int) -> TaskLine:

@@ -98,6 +98,7 @@ def check_database(db: Path) -> None:
     """--db must be an SQLite file: say so before the run, not as a strange tool failure during it."""
     if db.is_dir() or not db.is_file():
         raise ConfigError(f"database not found: {db}", hint="give an existing SQLite file with --db")
-    with db.open("rb") as handle:
-        if handle.read(16) != b"SQLite format 3\x00":
-            raise ConfigError(f"not an SQLite database: {db}")
+    from ..tools.sql import is_sqlite  # here, not at import: `reflexa --help` loads no tools
+
+    if not is_sqlite(db):
+        raise ConfigError(f"not an SQLite database: {db}")

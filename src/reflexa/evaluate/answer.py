@@ -9,11 +9,11 @@ import re
 import signal
 import sqlite3
 import subprocess
-import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..tools.sql import file_uri
 from ..types import ErrorCode, Signal
 from .checks import CheckContext
 
@@ -73,8 +73,7 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
 
 
 def _ro_uri(path: Path) -> str:
-    """A read-only `file:` URI for an SQLite path, with `#`, `?` and `%` in it quoted."""
-    return f"file:{urllib.parse.quote(str(path))}?mode=ro"
+    return f"{file_uri(path)}?mode=ro"
 
 
 def _compiles(query: str, db: Path) -> None:

@@ -40,6 +40,12 @@ def file_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path.resolve()))
 
 
+def is_sqlite(path: Path) -> bool:
+    """Whether the file at `path` starts as an SQLite database does."""
+    with path.open("rb") as handle:
+        return handle.read(16) == b"SQLite format 3\x00"
+
+
 def _no_attach(action: int, *args: object) -> int:
     return sqlite3.SQLITE_DENY if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
 
