@@ -105,6 +105,8 @@ class Run:
         self.budget_stop: StopReason | None = None
         self.resumed_steps: list[Step] = []
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._renew_every = getattr(self.store, "lease_ttl", LEASE_TTL) / 4
+        """Seconds between renewals of the lease while the run works: a quarter of the store's TTL."""
         """Who holds this run's lease: a second process that tries to resume it meanwhile is refused."""
         if resume is None:
             self.run_id = uuid.uuid4().hex
@@ -153,7 +155,7 @@ class Run:
         # free for the stop step that the interrupt then writes (a gap in the numbers is harmless).
         self.next_step += 1
         self.store.add_step(step)
-        if time.monotonic() - self._leased_at > getattr(self.store, "lease_ttl", LEASE_TTL) / 4:
+        if time.monotonic() - self._leased_at > self._renew_every:
             # Renewed while the run works: a lease held from another host goes stale after its TTL.
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
             self._leased_at = time.monotonic()

@@ -136,9 +136,10 @@ def parse(text: str, schema: Schema) -> tuple[Any, str | None]:
     for candidate in _candidates(text):
         try:
             data = loads(candidate)
-        except ValueError as exc:
-            if "nested" in str(exc):
-                first_error = first_error or str(exc)
+        except json.JSONDecodeError:
+            continue
+        except ValueError as exc:  # too deep: say so rather than "does not parse"
+            first_error = first_error or str(exc)
             continue
         value, error = _validated(data, schema)
         if error is None:

@@ -75,13 +75,9 @@ class LimitedModel(Model):
 
     def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
                   temperature: float) -> Generation:
+        """Required by Model; `complete` and `acomplete` above go to the inner model's own."""
         with self._slots:
             return self.inner._generate(messages, json_schema, max_tokens, temperature)
-
-    async def _agenerate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
-                         temperature: float) -> Generation:
-        async with async_slots(self.key):
-            return await self.inner._agenerate(messages, json_schema, max_tokens, temperature)
 
 
 def limited(model: Model, limit: int | None) -> Model:

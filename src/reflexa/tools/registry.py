@@ -211,11 +211,11 @@ class ToolRegistry:
     effect records) lives in a ToolSession, so one registry can serve many runs."""
 
     def __init__(self, tools: Iterable[Tool]) -> None:
-        tools = list(tools)
-        self.tools = {t.name: t for t in tools}
-        if len(self.tools) < len(tools):  # the later one would silently replace the earlier
-            twice = sorted({t.name for t in tools if sum(u.name == t.name for u in tools) > 1})
-            raise ConfigError(f"two tools are named {twice[0]!r}", hint="give each tool its own name")
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in self.tools:  # the later one would silently replace the earlier
+                raise ConfigError(f"two tools are named {t.name!r}", hint="give each tool its own name")
+            self.tools[t.name] = t
         if taken := RESERVED & set(self.tools):
             raise ConfigError(f"tool name {sorted(taken)[0]!r} is reserved", hint="rename the tool")
 

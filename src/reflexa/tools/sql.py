@@ -124,8 +124,7 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             except sqlite3.OperationalError as exc:
                 if "interrupted" not in str(exc):
                     raise fail(conn, exc, sql) from None
-                raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped",
-                                suggestion=None) from None
+                raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped") from None
             except sqlite3.Error as exc:
                 raise fail(conn, exc, sql) from None
             unmatched = unmatched_values(conn, sql)
