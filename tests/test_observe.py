@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reflexa import MemoryStore, ReflexaError, ScriptedModel, Session, Signal, StopReason, refine
+from reflexa import MemoryStore, ModelUnavailable, ReflexaError, ScriptedModel, Session, Signal, StopReason, refine
 from reflexa.loops import react
 from reflexa.observe import Metrics, Tracing, attach, disable, observers, otel
 from reflexa.observe.metrics import push
@@ -136,6 +136,21 @@ def test_refine_span_tree_follows_the_genai_conventions(writer):
     attribute_sets = [s.attributes for s in spans] + [e.attributes for e in run.events]
     assert not any(content & set(a) for a in attribute_sets)
     assert not any("a + b" in str(v) for a in attribute_sets for v in a.values())
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_failed_model_call_is_a_failed_chat_span(writer):
+    tracing, exporter = memory_tracing(writer)
+    model = ScriptedModel([REPLY_BAD, ModelUnavailable("cannot reach the model server")])
+    store = MemoryStore()
+    result = refine("Write add(a, b)", [FailsOnce()], session=Session(model=model, store=store, observer=tracing))
+    assert result.stop_reason is StopReason.ERROR
+    chats = [s for s in exporter.get_finished_spans() if s.name == "chat scripted"]
+    assert [c.status.status_code for c in chats] == [StatusCode.UNSET, StatusCode.ERROR]
+    assert chats[1].attributes["error.type"] == "ModelUnavailable"
+    assert "cannot reach the model server" in chats[1].status.description
+    (failed,) = [s for s in store.steps(result.run_id) if s.kind == "model_call" and s.payload().error]
+    assert failed.role == "reflector" and chats[1].end_time == int(failed.ended_at * 1e9)
 
 
 @pytest.mark.parametrize("writer", WRITERS)

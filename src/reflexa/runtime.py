@@ -15,7 +15,7 @@ from typing import Any
 
 from . import aio, structured
 from .budget import Meter
-from .errors import ConfigError
+from .errors import ConfigError, ModelError
 from .models.base import Completion, Model
 from .structured import Message, Schema
 from .trace.store import LEASE_TTL, MemoryStore, RunRecord, Store
@@ -56,10 +56,16 @@ class RunStarted(str):
         return str.__str__(self)
 
 
+FAILED_CALL = "error"
+"""A ModelCall's finish_reason when the call itself failed (its `error` then says why): the backend raised
+a ModelError, and there is no reply."""
+
+
 @payload("model_call")
 @dataclass(slots=True)
 class ModelCall(Payload):
-    """One model call; its messages are in the step's `input`."""
+    """One model call; its messages are in the step's `input`. `error` is why its reply did not fit the
+    schema, or, with finish_reason FAILED_CALL, why the call failed."""
 
     text: str
     value: Any = None
@@ -186,8 +192,15 @@ class Run:
             # Only for an observer that reads tokens: asking a backend to stream can change the call.
             if observer is not None and getattr(observer, "tokens", True):
                 on_token = lambda text: observer("token", text)  # noqa: E731
-            completion = aio.complete(self.model, msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
-                                      temperature=temperature, on_token=on_token)
+            try:
+                completion = aio.complete(self.model, msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
+                                          temperature=temperature, on_token=on_token)
+            except ModelError as exc:
+                # A failed call is a step too, so the trace shows its time and its error (a chat span marked
+                # as failed); the run then ends ERROR as before.
+                self.record(ModelCall("", None, f"{type(exc).__name__}: {exc}"[:500], FAILED_CALL), role,
+                            input={"messages": msgs}, started_at=started)
+                raise
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)

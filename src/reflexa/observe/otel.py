@@ -39,7 +39,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from ..errors import ConfigError
-from ..runtime import RunStarted
+from ..runtime import FAILED_CALL, RunStarted
 from ..types import Lesson, Result, Step, StopReason
 from ._spans import DirectWriter, RunSpan, TracerWriter
 
@@ -312,12 +312,16 @@ class Tracing:
             **run.chat_attributes, INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
             FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "",
         }
-        if data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
+        error = None
+        if data.finish_reason == FAILED_CALL:  # the call itself failed: the span's error, the backend's words
+            attributes[ERROR_TYPE] = data.error.partition(":")[0] or "_OTHER"
+            error = data.error
+        elif data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
             attributes["reflexa.reply.invalid"] = True
         if self.content:
             attributes[INPUT_MESSAGES] = _messages_json(step.input)
             attributes[OUTPUT_MESSAGES] = _text_json("assistant", data.text, data.finish_reason)
-        self._emit(run, run.chat_name, step, attributes, run.chat_kind)
+        self._emit(run, run.chat_name, step, attributes, run.chat_kind, error)
 
     def _attempt(self, run: _OpenRun, step: Step, data: Any) -> None:
         # No span of its own: an attempt's time is its model call's (the chat span). What it adds, the
