@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from ..errors import StoreError
+from ..tools.sql import file_uri
 from ..trace.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SQLiteStore
 from ..trace.store import Lease, RunRecord
 from ..types import Step, Usage
@@ -65,7 +65,7 @@ class ReadOnlyStore(SQLiteStore):
         self.db = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+        uri = f"{file_uri(self.path)}?mode=ro"
         try:
             db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
