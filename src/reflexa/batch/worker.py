@@ -9,7 +9,6 @@ worker or in the driver, finishes on a re-run with every task run once.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import threading
@@ -196,7 +195,7 @@ def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resum
 def _refine_checks(task: TaskLine) -> list[Any]:
     from ..evaluate import CommandCheck, JsonSchemaCheck, Limits, PytestCheck, PythonScriptCheck, RegexCheck, Sandbox
 
-    sandbox = Sandbox(Limits(timeout=task.timeout, cpu_seconds=math.ceil(task.timeout)))
+    sandbox = Sandbox(Limits.within(task.timeout))
     checks: list[Any] = []
     if task.tests:
         checks.append(PytestCheck(Path(task.tests), sandbox=sandbox))

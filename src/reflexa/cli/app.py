@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -157,7 +156,7 @@ def _stop_view(tracker) -> None:  # noqa: ANN001
 def refine_checks(*, tests: Path | None, check: str | None, out: str | None, judge: bool, timeout: float) -> list:
     from ..evaluate import CommandCheck, Limits, LLMJudge, PytestCheck, Sandbox
 
-    sandbox = Sandbox(Limits(timeout=timeout, cpu_seconds=math.ceil(timeout)))
+    sandbox = Sandbox(Limits.within(timeout))
     checks: list = []
     if tests is not None:
         read_text_file(tests, "tests file")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pwd
 import resource
@@ -87,6 +88,12 @@ class Limits:
     user's current count)."""
     output_chars: int = 20_000
     """Characters of stdout and of stderr kept; the rest is read and dropped."""
+
+    @classmethod
+    def within(cls, timeout: float) -> Limits:
+        """The default limits with `timeout` wall seconds, and as many CPU seconds (rounded up), so a check
+        that spins is stopped by whichever comes first rather than by a CPU allowance set elsewhere."""
+        return cls(timeout=timeout, cpu_seconds=math.ceil(timeout))
 
 
 @dataclass(slots=True)
