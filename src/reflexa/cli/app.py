@@ -393,6 +393,7 @@ def resume(
     """Continue a killed or interrupted run (refine, react, research or plan) from its last stored step, without repeating a side-effecting tool."""  # noqa: E501 - one line: rich keeps a docstring's line breaks
     with clean_errors():
         from ..types import Budget
+        from .browse import cli_resumes
 
         out = output(as_json, jsonl, quiet, verbose)
         record = find_run(open_store(trace), run_id)
@@ -404,23 +405,23 @@ def resume(
         if "parent" in meta:
             raise ConfigError(f"run {record.run_id[:12]} is sub-goal {meta.get('subgoal')} of a plan",
                               hint=f"resume the plan: reflexa resume {str(meta['parent'])[:12]}")
-        if record.loop == "plan" and meta.get("toolset") == "sql":
+        if not cli_resumes(record):
+            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
+                              hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")
+        if record.loop == "plan":
             result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
                                validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
                                trace=trace, resume=record.run_id)
-        elif record.loop == "react" and meta.get("toolset") == "sql":
+        elif record.loop == "react":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=meta.get("experience", True), out=out,
                                 trace=trace, resume=record.run_id)
-        elif record.loop == "refine" and "cli" in meta:
+        elif record.loop == "refine":
             result = _resume_refine(record, model, budget, out=out, trace=trace)
-        elif record.loop == "research" and "cli" in meta:
-            result = _resume_research(record, model, budget, out=out, trace=trace)
         else:
-            raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
-                              hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")
+            result = _resume_research(record, model, budget, out=out, trace=trace)
         _finish_cli(result, out)
 
 

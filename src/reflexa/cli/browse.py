@@ -199,14 +199,21 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
                       f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)
 
 
+def cli_resumes(record: RunRecord) -> bool:
+    """Whether `reflexa resume` can rebuild this run: a react or plan run on the CLI's SQL tools, or a
+    refine or research run the CLI started (its inputs are in the run's meta)."""
+    if record.loop in ("react", "plan"):
+        return record.meta.get("toolset") == "sql"
+    return record.loop in ("refine", "research") and "cli" in record.meta
+
+
 def resume_hint(record: RunRecord) -> str:
     """How to continue an unfinished run: `reflexa resume` takes the runs the CLI can rebuild (see its
     command), the rest are resumed from Python."""
     meta, short = record.meta, record.run_id[:12]
     if "parent" in meta:
         return f"reflexa resume {str(meta['parent'])[:12]} (the plan this sub-goal belongs to)"
-    if (record.loop in ("react", "plan") and meta.get("toolset") == "sql") or (
-            record.loop in ("refine", "research") and "cli" in meta):
+    if cli_resumes(record):
         return f"reflexa resume {short}"
     if record.loop == "trials":
         return (f"reflexa resume on its unfinished trial (a react run: reflexa runs --status stale), or from "
