@@ -201,8 +201,21 @@ def test_a_database_path_with_uri_characters_is_opened_as_it_is(shop, tmp_path):
 
 
 def test_sql_names_what_exists_when_nothing_is_close(shop):
-    wrong = ToolSession(ToolRegistry(sql_tools(shop))).call("query", {"sql": "SELECT price FROM tent"})
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    wrong = session.call("query", {"sql": "SELECT price FROM tent"})
     assert wrong.code is ErrorCode.NOT_FOUND and "tables: customers, order_items" in wrong.message
+    # A name that is really a stored value: where it is stored, as stored (any case matches).
+    assert wrong.message.endswith("'tent' is a value of products.name: filter on it, WHERE name = 'tent'")
+    column = session.call("query", {"sql": "SELECT count(*) FROM orders WHERE CANCELLED = 1"})
+    assert "'CANCELLED' is a value of orders.status: filter on it, WHERE status = 'cancelled'" in column.message
+    nothing = session.call("query", {"sql": "SELECT colour FROM products"})
+    assert "columns: amount" in nothing.message and "is a value of" not in nothing.message
+
+
+def test_sql_aggregate_misuse_says_what_it_needs(shop):
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    wrong = session.call("query", {"sql": "SELECT city FROM customers ORDER BY count(*) DESC LIMIT 1"})
+    assert wrong.code is ErrorCode.TOOL_ERROR and "needs GROUP BY" in wrong.message
 
 
 def test_sql_text_filter_that_matches_nothing_names_the_closest_values(shop):
