@@ -171,12 +171,20 @@ def test_a_rejected_answer_s_lesson_is_served_to_its_own_goal_only():
     assert len(library.entries()) == 2
 
 
-def test_failing_repair_is_demoted():
+def test_failing_repair_is_demoted_at_its_second_miss():
     store = MemoryStore()
     library = ExperienceLibrary(store)
     library.learn("fp", __import__("reflexa").Lesson("s", "m", "c", "fix"))
     library.outcome("fp", False)
+    assert library.lookup("fp") is not None  # one miss may be the model's: a second try
+    library.outcome("fp", False)
     assert library.lookup("fp") is None
+    library.learn("ok", __import__("reflexa").Lesson("s", "m", "c", "fix"))
+    for success in (True, False, False):
+        library.outcome("ok", success)
+    assert library.lookup("ok") is not None  # 1 success, 2 failures: one short of the margin
+    library.outcome("ok", False)
+    assert library.lookup("ok") is None
 
 
 def test_same_error_after_reflection_stops_with_no_progress():

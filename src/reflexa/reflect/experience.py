@@ -2,9 +2,9 @@
 
 A failure's fingerprint (tool, error code, normalised message) maps to the lesson that repaired it; a
 rejected answer's key also holds its goal (`engine.experience_key`). It is looked up before the reflector;
-a hit costs no model call. Each entry keeps hits, successes and failures; a repair that fails more than it
-works is demoted (no longer served). The library has a capacity (the least valuable entry is evicted) and
-an expiry.
+a hit costs no model call. Each entry keeps hits, successes and failures; a repair whose failures outnumber
+its successes by DEMOTE_MARGIN is demoted (no longer served). The library has a capacity (the least
+valuable entry is evicted) and an expiry.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ from ..types import Lesson
 NAMESPACE = "experience"
 CAPACITY = 256
 """Entries kept at most; past it the least valuable (then least recently used) is evicted."""
+DEMOTE_MARGIN = 2
+"""Failures more than successes that demote an entry. Two, not one: a lesson's outcome is whether the model's
+next steps came clean, and one miss may be the model's rather than the lesson's (a greedy model given the
+same lesson on the same failure repeats itself). Served again after one miss, it costs nothing the
+reflector would not have cost; a second miss demotes it."""
 TTL_SECONDS = 30 * 24 * 3600.0
 """An entry unused for this long expires."""
 
@@ -41,7 +46,7 @@ class Entry:
 
     @property
     def demoted(self) -> bool:
-        return self.failures > self.successes
+        return self.failures >= self.successes + DEMOTE_MARGIN
 
 
 class ExperienceLibrary:
@@ -83,7 +88,8 @@ class ExperienceLibrary:
             self.store.delete(NAMESPACE, worst.fingerprint)
 
     def outcome(self, fingerprint: str, success: bool) -> None:
-        """Whether the repair worked: a failing one is demoted once failures outnumber successes."""
+        """Whether the repair worked: a failing one is demoted once its failures outnumber its successes by
+        DEMOTE_MARGIN."""
         self.store.incr(NAMESPACE, fingerprint, {"successes" if success else "failures": 1})
 
     def entries(self) -> list[Entry]:
