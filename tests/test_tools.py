@@ -206,6 +206,11 @@ def test_sql_names_what_exists_when_nothing_is_close(shop):
     assert wrong.code is ErrorCode.NOT_FOUND and "tables: customers, order_items" in wrong.message
     # A name that is really a stored value: where it is stored, as stored (any case matches).
     assert wrong.message.endswith("'tent' is a value of products.name: filter on it, WHERE name = 'tent'")
+    # A plain select from it has one reading, offered as the repair the classifier applies by rule.
+    assert wrong.suggestion == {"sql": """SELECT price FROM "products" WHERE "name" = 'tent'"""}
+    assert session.call("query", wrong.suggestion).output.splitlines() == ["price", "210.0"]
+    filtered = session.call("query", {"sql": "SELECT price FROM tent WHERE price > 1"})
+    assert "is a value of products.name" in filtered.message and filtered.suggestion is None  # more than one reading
     column = session.call("query", {"sql": "SELECT count(*) FROM orders WHERE CANCELLED = 1"})
     assert "'CANCELLED' is a value of orders.status: filter on it, WHERE status = 'cancelled'" in column.message
     nothing = session.call("query", {"sql": "SELECT colour FROM products"})

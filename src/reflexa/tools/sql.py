@@ -26,6 +26,9 @@ MAX_ROWS = 200
 EQUALS_TEXT = re.compile(r"\b(\w+)\s*=\s*'([^']*)'")
 MAX_FILTER_NOTES = 3
 """Text filters checked per query, at most."""
+PLAIN_SELECT = re.compile(r"\s*SELECT\s+(.+?)\s+FROM\s+[\"`\[]?(\w+)[\"`\]]?\s*;?\s*", re.IGNORECASE | re.DOTALL)
+"""A query that selects from one table and does nothing else: the only shape whose unknown table, when it is
+a stored value, is rewritten into a filter by rule."""
 MAX_HOLDER_COLUMNS = 50
 """Text columns searched for an unknown table or column name that is really a stored value ("tent")."""
 MAX_DISTINCT = 5000
@@ -100,6 +103,10 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                     # database can say where it is, which no model can guess from the schema alone.
                     table, column, stored = holder
                     message += f"; {wrong!r} is a value of {table}.{column}: filter on it, WHERE {column} = {stored!r}"
+                    if kind == "table" and (plain := PLAIN_SELECT.fullmatch(sql)) and plain[2] == wrong:
+                        # `SELECT price FROM tent` has one reading: the rows whose value it named.
+                        literal = stored.replace("'", "''")
+                        suggestion = {"sql": f'SELECT {plain[1]} FROM "{table}" WHERE "{column}" = \'{literal}\''}
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(code, message, suggestion=suggestion)
