@@ -74,11 +74,25 @@ def test_false_claim_fails_validation_and_is_reflected_on(shop):
     assert "check the refunds table first" in model.prompts[2][-1]["content"]
 
 
-def test_unrecoverable_permission_stops(shop):
-    model = ScriptedModel([act("query", sql="DELETE FROM orders")])
-    result = react("Delete everything", sql_tools(shop), validator=accept, session=Session(model=model))
+def test_unrecoverable_permission_stops():
+    @tool
+    def vault() -> str:
+        """Read the vault."""
+        raise PermissionError("access denied")
+
+    model = ScriptedModel([act("vault")])
+    result = react("Read the vault", [vault], validator=accept, session=Session(model=model))
     assert result.stop_reason is StopReason.UNRECOVERABLE and "permission" in result.error
     assert model.calls == 1
+
+
+def test_a_write_sent_to_the_reading_sql_tool_does_not_stop_the_run(shop):
+    model = ScriptedModel([act("query", sql="ALTER TABLE orders ADD COLUMN cancelled BOOLEAN"),
+                           {"failure_step": "1", "observed_mismatch": "query only reads, one SELECT",
+                            "root_cause": "a write sent to query", "correction": "ask with a SELECT"},
+                           act("query", sql="SELECT count(*) FROM orders"), act("final_answer", answer="400")])
+    result = react("How many orders are there?", sql_tools(shop), validator=accept, session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED and result.output == "400"
 
 
 def flaky_tool(failures):

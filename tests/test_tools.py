@@ -168,8 +168,12 @@ def test_sql_tools_read_only_by_default(shop):
     assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
     rows = registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"})
     assert rows.output.splitlines() == ["n", "400"]
+    # A write sent to the reading tool is a wrong call the agent can follow with a SELECT, not a stop.
     write = registry.call("query", {"sql": "DELETE FROM orders"})
-    assert write.code is ErrorCode.PERMISSION
+    assert write.code is ErrorCode.INVALID_ARGUMENT and "open read-only" in write.message
+    alter = ToolSession(ToolRegistry(sql_tools(shop, write=True))).call("query", {"sql": "ALTER TABLE orders ADD x"})
+    assert alter.code is ErrorCode.INVALID_ARGUMENT and "only with execute" in alter.message
+    assert registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"}).output.splitlines() == ["n", "400"]
 
 
 def test_sql_unknown_column_suggests_a_close_match(shop):

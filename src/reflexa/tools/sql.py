@@ -56,8 +56,9 @@ def _no_attach(action: int, *args: object) -> int:
 
 
 def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
-    """Tools over the SQLite file at `path`. With write=False the file is opened read-only and queries
-    that would change it fail with PERMISSION. With write=True, `execute` is a side-effecting tool."""
+    """Tools over the SQLite file at `path`. `query` only reads: a statement that would change the file is
+    an INVALID_ARGUMENT (a wrong call, which the agent can follow with a SELECT). With write=True, `execute`
+    is a side-effecting tool; without it nothing can change the file, which is opened read-only."""
     db_path = Path(path)
     if not db_path.is_file():
         raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
@@ -152,12 +153,18 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 cursor = conn.execute(sql)
                 header = [d[0] for d in cursor.description or []]
                 rows = cursor.fetchmany(MAX_ROWS + 1)
-            except sqlite3.OperationalError as exc:
-                if "interrupted" not in str(exc):
-                    raise fail(conn, exc, sql) from None
-                raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped") from None
             except sqlite3.Error as exc:
-                raise fail(conn, exc, sql) from None
+                if "interrupted" in str(exc):
+                    raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped") \
+                        from None
+                error = fail(conn, exc, sql)
+                if error.code is ErrorCode.PERMISSION:
+                    # A write sent to the reading tool is a wrong call, not a locked door: the run may still
+                    # answer with a SELECT, so it must not stop as if nothing could help (PERMISSION does).
+                    where = "with execute" if write else "in this run: the database is open read-only"
+                    raise ToolError(ErrorCode.INVALID_ARGUMENT, f"query only reads, one SELECT ({exc}); the "
+                                    f"database can be changed only {where}") from None
+                raise error from None
             unmatched = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if len(rows) > MAX_ROWS:
