@@ -111,9 +111,9 @@ class Run:
         self.budget_stop: StopReason | None = None
         self.resumed_steps: list[Step] = []
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """Who holds this run's lease: a second process that tries to resume it meanwhile is refused."""
         self._renew_every = getattr(self.store, "lease_ttl", LEASE_TTL) / 4
         """Seconds between renewals of the lease while the run works: a quarter of the store's TTL."""
-        """Who holds this run's lease: a second process that tries to resume it meanwhile is refused."""
         if resume is None:
             self.run_id = uuid.uuid4().hex
             self.next_step = 1
