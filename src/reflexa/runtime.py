@@ -72,6 +72,11 @@ class ModelCall(Payload):
     error: str | None = None
     finish_reason: str = "stop"
 
+    @property
+    def failed(self) -> bool:
+        """Whether the call itself failed (no reply), rather than its reply not fitting the schema."""
+        return self.finish_reason == FAILED_CALL
+
 
 @payload("checkpoint")
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
 from ..loops.trials import Trial
 from ..reflect.engine import Decided
-from ..runtime import FAILED_CALL, Checkpoint, ModelCall, Stop
+from ..runtime import Checkpoint, ModelCall, Stop
 from ..types import Payload, Result, Signal, Step, StopReason, Usage
 
 STATUS_STYLE = {"PASS": "bold green", "NEEDS_IMPROVEMENT": "bold yellow", "FAIL": "bold red"}
@@ -32,10 +32,6 @@ STOP_STYLE = {StopReason.PASSED: "bold green", StopReason.ANSWERED_UNVERIFIED: "
               StopReason.INTERRUPTED: "bold yellow"}
 SNIPPET_LINES = 25
 """Lines of a candidate shown live; `reflexa show --full` shows all of it."""
-
-
-def _call_problem(call: ModelCall) -> str:
-    return "call failed" if call.finish_reason == FAILED_CALL else "invalid reply"
 
 
 def _snippet(text: str, lines: int | None = SNIPPET_LINES) -> str:
@@ -85,7 +81,7 @@ class View:
     def model_call(self, step: Step, c: ModelCall) -> None:
         if self.verbose:
             u = step.usage
-            problem = f", {_call_problem(c)}: {escape(c.error)}" if c.error else ""
+            problem = f", {'call failed' if c.failed else 'invalid reply'}: {escape(c.error)}" if c.error else ""
             self.console.print(f"[dim]#{step.step_id} {step.role} call: {u.input_tokens} in, {u.output_tokens} out, "
                                f"finish={c.finish_reason}{problem}[/dim]")
 

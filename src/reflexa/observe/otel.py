@@ -39,7 +39,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from ..errors import ConfigError
-from ..runtime import FAILED_CALL, RunStarted
+from ..runtime import RunStarted
 from ..types import Lesson, Result, Step, StopReason
 from ._spans import DirectWriter, RunSpan, TracerWriter
 
@@ -313,7 +313,7 @@ class Tracing:
             FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "",
         }
         error = None
-        if data.finish_reason == FAILED_CALL:  # the call itself failed: the span's error, the backend's words
+        if data.failed:  # the call itself failed: the span's error, the backend's words
             attributes[ERROR_TYPE] = data.error.partition(":")[0] or "_OTHER"
             error = data.error
         elif data.error:  # the call worked; its reply did not fit the schema (a signal, not a span error)
