@@ -40,7 +40,7 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
     if is_sql(validate) and path is not None and path.is_file():
         _compiles(validate, path)
 
-    uri = _ro_uri(path) if path is not None else ""  # an SQL validation always has its database
+    uri = file_uri(path, "ro") if path is not None else ""  # an SQL validation always has its database
 
     def check_sql(answer: str) -> str | None:
         try:
@@ -72,15 +72,11 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
     return check_sql if is_sql(validate) else check_command
 
 
-def _ro_uri(path: Path) -> str:
-    return f"{file_uri(path)}?mode=ro"
-
-
 def _compiles(query: str, db: Path) -> None:
     """A query that cannot run (a syntax error, an unknown table) is a ConfigError before the run, not a
     failure blamed on every answer the model gives."""
     try:
-        with sqlite3.connect(_ro_uri(db), uri=True) as conn:
+        with sqlite3.connect(file_uri(db, "ro"), uri=True) as conn:
             conn.execute(f"EXPLAIN {query}", {"answer": ""} if ":answer" in query else {})  # compiled, not run
     except sqlite3.Error as exc:
         raise ConfigError(f"the validation query does not run on {db.name}: {exc}",

@@ -40,9 +40,10 @@ fixed query, which the classifier applies by rule) only when they are at least t
 agent, since a value, unlike a misspelt column, can mean something else."""
 
 
-def file_uri(path: Path) -> str:
-    """A `file:` URI for an SQLite path: `#`, `?` and `%` in it are quoted, not read as the URI's parts."""
-    return "file:" + urllib.parse.quote(str(path.resolve()))
+def file_uri(path: Path, mode: str) -> str:
+    """A `file:` URI for an SQLite path opened in `mode` (ro, rw): `#`, `?` and `%` in the path are quoted,
+    not read as the URI's parts."""
+    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode={mode}"
 
 
 def is_sqlite(path: Path) -> bool:
@@ -66,7 +67,7 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
     def connect(writable: bool = False) -> sqlite3.Connection:
         # A connection per call (tools run in worker threads); only `execute` ever gets a writable one,
         # so a change can never slip through `query` around the side-effect bookkeeping.
-        conn = sqlite3.connect(f"{file_uri(db_path)}?mode={'rw' if writable else 'ro'}", uri=True, timeout=5)
+        conn = sqlite3.connect(file_uri(db_path, "rw" if writable else "ro"), uri=True, timeout=5)
         if not writable:
             conn.execute("PRAGMA query_only=ON")
             conn.set_authorizer(_no_attach)  # ATTACH creates a missing file, read-only connection or not

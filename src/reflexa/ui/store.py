@@ -65,7 +65,7 @@ class ReadOnlyStore(SQLiteStore):
         self.db = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        uri = f"{file_uri(self.path)}?mode=ro"
+        uri = file_uri(self.path, "ro")
         try:
             db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
