@@ -217,6 +217,9 @@ def test_sql_names_what_exists_when_nothing_is_close(shop):
     assert "is a value of products.name" in filtered.message and filtered.suggestion is None  # more than one reading
     column = session.call("query", {"sql": "SELECT count(*) FROM orders WHERE CANCELLED = 1"})
     assert "'CANCELLED' is a value of orders.status: filter on it, WHERE status = 'cancelled'" in column.message
+    # After a failed write too: the scan runs on a read-only connection of its own, under the query timeout.
+    written = ToolSession(ToolRegistry(sql_tools(shop, write=True))).call("execute", {"sql": "DELETE FROM tent"})
+    assert "'tent' is a value of products.name" in written.message
     nothing = session.call("query", {"sql": "SELECT colour FROM products"})
     assert "columns: amount" in nothing.message and "is a value of" not in nothing.message
 

@@ -100,7 +100,7 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 message += f" ({close[0]} is a {kind} of another table, or needs its table's name or alias)"
             else:  # no close match: name what exists, so the next step need not guess
                 message += f" ({kind}s: {', '.join(pool[:40])})"
-                if holder := value_holder(conn, wrong):
+                if holder := value_holder(wrong):
                     # A name the question used for a stored value ("the tent", "cancelled orders"): the
                     # database can say where it is, which no model can guess from the schema alone.
                     table, column, stored = holder
@@ -113,17 +113,19 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(code, message, suggestion=suggestion)
 
-    def value_holder(conn: sqlite3.Connection, value: str) -> tuple[str, str, str] | None:
+    def value_holder(value: str) -> tuple[str, str, str] | None:
         """The first table and text column holding `value` (in any case), with the value as stored; looked
-        up in at most MAX_HOLDER_COLUMNS text columns. None when none does. The query timeout bounds the scan."""
-        text_columns = [(t, row[1]) for t in tables(conn) for row in conn.execute(f'PRAGMA table_info("{t}")')
-                        if row[2].upper() in ("TEXT", "") or "CHAR" in row[2].upper()][:MAX_HOLDER_COLUMNS]
+        up in at most MAX_HOLDER_COLUMNS text columns. None when none does. The scan runs on a read-only
+        connection of its own, so the query timeout bounds it even after `execute` failed."""
         try:
-            for table, column in text_columns:
-                row = conn.execute(f'SELECT "{column}" FROM "{table}" WHERE lower("{column}") = lower(?) LIMIT 1',
-                                   (value,)).fetchone()
-                if row is not None:
-                    return table, column, str(row[0])
+            with connect() as conn:
+                text_columns = [(t, row[1]) for t in tables(conn) for row in conn.execute(f'PRAGMA table_info("{t}")')
+                                if row[2].upper() in ("TEXT", "") or "CHAR" in row[2].upper()][:MAX_HOLDER_COLUMNS]
+                for table, column in text_columns:
+                    row = conn.execute(f'SELECT "{column}" FROM "{table}" WHERE lower("{column}") = lower(?) LIMIT 1',
+                                       (value,)).fetchone()
+                    if row is not None:
+                        return table, column, str(row[0])
         except sqlite3.Error:  # the scan ran out of time: no note rather than a late one
             return None
         return None
