@@ -107,6 +107,28 @@ def test_query_rules():
     assert all(len(q.split()) <= 12 for q in keep)
 
 
+def test_a_query_must_share_a_word_with_the_question_not_only_with_the_draft_s_guess():
+    # A draft that guessed "California" named gaps about California and searched for it.
+    question = "In what state is the manufacturer of Bisquick headquartered?"
+    gaps = ["California company headquarters city"]
+    keep, rejected = clean_queries(["California", "California company headquarters", "Bisquick manufacturer"],
+                                   question, gaps, set())
+    assert keep == ["Bisquick manufacturer"] and len(rejected) == 2
+    assert all("unrelated" in r for r in rejected)
+
+
+def test_inline_citations_of_passages_that_hold_nothing_the_answer_adds_are_cut():
+    from reflexa.loops.research_prompts import with_citations
+
+    evidence = [Evidence("a", "a", "Everex", "It was headquartered in Fremont, California."),
+                Evidence("b", "b", "Bisquick", "Bisquick is a baking mix sold by General Mills.")]
+    question = "Who makes Bisquick?"
+    assert with_citations("General Mills [1][2].", [], evidence, question) == "General Mills [2]."
+    assert with_citations("General Mills [1] [7].", [], evidence, question) == "General Mills [7]."  # for the audit
+    # A yes/no answer adds no word a passage could hold: its citations stand as written.
+    assert with_citations("Yes [1][2].", [], evidence, "Is Bisquick made in California?") == "Yes [1][2]."
+
+
 def test_vague_gaps_are_not_concrete():
     assert concrete_gaps(Gaps(missing=["more information", "details"], superfluous=[])) == []
     assert concrete_gaps(Gaps(missing=["the tower's height in metres"], superfluous=[])) == [
@@ -125,7 +147,7 @@ def test_a_draft_without_search_queries_is_asked_again(corpus):
         ]
     )
     result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model))
-    assert model.calls == 3 and result.usage["search"].calls == 1 and "330 metres" in result.output
+    assert model.calls == 3 and result.usage["search"].calls == 2 and "330 metres" in result.output
 
 
 def test_gate_skips_research_when_no_concrete_gap(corpus):
@@ -152,7 +174,9 @@ def test_research_cites_retrieved_evidence_with_references(corpus):
     result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert "330 metres tall [1]" in result.output and "References:\n[1] Eiffel Tower: eiffel.md#" in result.output
-    assert result.usage["search"].calls == 1
+    # The first round searches the question itself, then the draft's query.
+    assert [q["query"] for q in result.details["queries"]] == ["How tall is the Eiffel Tower?", "Eiffel Tower height"]
+    assert result.usage["search"].calls == 2
     assert result.details["evidence"][0]["n"] == 1 and result.details["queries"][0]["status"] == "ok"
     assert "<<<" in model.prompts[1][-1]["content"]  # evidence goes in as delimited data
 
@@ -162,7 +186,7 @@ def test_evidence_named_as_used_is_cited_when_it_supports_what_the_answer_adds(c
     first = draft("[UNCERTAIN: in France]", missing=["city of the Eiffel Tower"], queries=["Eiffel Tower height"])
     revision = {**draft("The Eiffel Tower is in Paris."), "evidence_used": [2, 1, 1, 42]}
     result = research("Where is the Eiffel Tower?", corpus, session=Session(model=ScriptedModel([first, revision])))
-    assert [e["title"] for e in result.details["evidence"]] == ["Eiffel Tower", "Travel notes"]
+    assert [e["title"] for e in result.details["evidence"]][:2] == ["Eiffel Tower", "Travel notes"]
     # [1] holds "Paris", which the answer adds to the question; [2] does not; [42] names no evidence.
     assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]"
     assert result.stop_reason is StopReason.PASSED
@@ -216,9 +240,10 @@ def test_partial_and_failed_searches_are_named():
     result = research(
         "Tell me about the bridge span and opening year", Broken("opening"), session=Session(model=model), max_rounds=1
     )
-    assert 'Could not verify: search "bridge opening year" failed (HTTP 503' in result.output
+    assert 'search "bridge opening year" failed (HTTP 503' in result.output
     statuses = {q["query"]: q["status"] for q in result.details["queries"]}
-    assert statuses == {"bridge span length": "ok", "bridge opening year": "failed"}
+    assert statuses == {"Tell me about the bridge span and opening year": "failed", "bridge span length": "ok",
+                        "bridge opening year": "failed"}
 
 
 def test_evidence_cannot_close_its_data_block():
@@ -243,8 +268,9 @@ def test_a_backend_s_unusable_result_is_a_failed_query_not_a_crash():
     model = ScriptedModel([draft("Unknown.", missing=["bridge span length"], queries=["bridge span length"]),
                            draft("Unknown, still.")])
     result = research("How long is the bridge span?", Odd(), session=Session(model=model), max_rounds=1)
-    (query,) = result.details["queries"]
-    assert query["status"] == "failed" and "odd gave an unusable result: KeyError" in query["error"]
+    assert [q["query"] for q in result.details["queries"]] == ["How long is the bridge span?", "bridge span length"]
+    for query in result.details["queries"]:
+        assert query["status"] == "failed" and "odd gave an unusable result: KeyError" in query["error"]
 
 
 def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
@@ -268,7 +294,7 @@ def test_injection_in_evidence_changes_neither_searches_nor_references(corpus):
     store = MemoryStore()
     result = research("What colour is the Eiffel Tower?", corpus, session=Session(model=model, store=store))
     searched = [s.payload().query for s in store.steps(result.run_id) if s.kind == "search"]
-    assert searched == ["Eiffel Tower paint colour"]
+    assert searched == ["What colour is the Eiffel Tower?", "Eiffel Tower paint colour"]
     references = result.output.split("References:")[1]
     assert "evil.example" not in references and "[9]" not in result.output
 
@@ -287,7 +313,7 @@ def test_cached_query_costs_no_search_call(corpus):
         result = research(
             "How tall is the Eiffel Tower?", corpus, cache=cache, session=Session(model=model, store=store)
         )
-    assert "search" not in result.usage and cache.hits == 1 and result.counters["cache_hits"] == 1
+    assert "search" not in result.usage and cache.hits == 2 and result.counters["cache_hits"] == 2
 
 
 def test_the_cache_never_serves_one_corpus_s_passages_for_another(corpus, tmp_path):
@@ -310,7 +336,7 @@ def test_the_cache_never_serves_one_corpus_s_passages_for_another(corpus, tmp_pa
     (folder / "eiffel.md").write_text("# Eiffel Tower\n\nThe tower is 300 metres tall.")
     corpus.index(folder)  # an edited corpus is another corpus
     assert "300 metres" in ask(corpus).details["evidence"][0]["snippet"] and cache.hits == 0
-    assert ask(other).details["evidence"][0]["id"].startswith("tokyo.md") and cache.hits == 1
+    assert ask(other).details["evidence"][0]["id"].startswith("tokyo.md") and cache.hits == 2  # both queries
 
 
 def test_audit_helpers():

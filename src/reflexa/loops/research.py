@@ -189,6 +189,11 @@ def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: Sea
     gaps = prompts.concrete_gaps(s.draft.reflection)
     seen = {normalise_query(q) for q in s.ran}
     queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, seen, s.anchor)
+    if not s.ran:
+        # The first round searches the question itself too: the draft's queries follow the draft, and a wrong
+        # draft's queries find passages that agree with it; the question names what the answer is about.
+        asked = normalise_query(s.question)
+        queries = [s.question, *(q for q in queries if normalise_query(q) != asked)][:prompts.MAX_QUERIES]
     run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
     if not queries:
         s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")

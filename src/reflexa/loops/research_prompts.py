@@ -14,7 +14,8 @@ from ..types import data
 MAX_QUERY_WORDS = 12
 MAX_QUERIES = 3
 _WORD = re.compile(r"\w+")
-_CITE = re.compile(r"\[\d+\]")
+_CITE = re.compile(r"\[(\d+)\]")
+_YES_NO = {"yes", "no"}
 _STOP = {"the", "a", "an", "of", "in", "on", "and", "or", "to", "is", "was", "what", "which", "who", "when",
          "where", "how", "for", "by", "with", "as", "at", "from", "that", "this", "it", "did", "does", "do",
          "more", "information", "details", "about", "data", "context", "evidence", "specific", "facts"}
@@ -57,19 +58,22 @@ class Revision(BaseModel):
 
 
 def with_citations(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
-    """The answer, with the evidence it names as used cited at its end when it cites nothing inline (Qwen
-    0.5B chose passages but almost never wrote [n]). A passage is cited only when it holds a content word
-    the answer adds to the question: naming every passage shown is not support. Numbers that name no
-    evidence are dropped."""
-    if _CITE.search(answer):
-        return answer
-    added = content_words(answer) - content_words(question)
+    """The answer with citations only of passages that hold a content word the answer adds to the question:
+    naming every passage shown is not support (Qwen 0.5B cited three passages on a distractor's topic for a
+    one-word answer). Inline citations of passages that do not are cut; an answer that cites nothing inline
+    gets the supporting ones it names as used at its end (Qwen 0.5B chose passages but seldom wrote [n]).
+    Numbers that name no evidence are left for the audit to reject. A yes/no answer adds no word a passage
+    could hold, so its citations are kept as written."""
+    added = content_words(_CITE.sub(" ", answer)) - content_words(question) - _YES_NO
 
     def supports(n: int) -> bool:
-        return 1 <= n <= len(evidence) and bool(added & content_words(evidence[n - 1].title + " "
-                                                                     + evidence[n - 1].snippet))
+        return not added or bool(added & content_words(evidence[n - 1].title + " " + evidence[n - 1].snippet))
 
-    marks = "".join(f"[{n}]" for n in dict.fromkeys(used) if supports(n))
+    if _CITE.search(answer):
+        kept = _CITE.sub(lambda m: m.group(0) if not 1 <= int(m.group(1)) <= len(evidence)
+                         or supports(int(m.group(1))) else "", answer)
+        return re.sub(r"[ \t]+([.!?,;:])", r"\1", re.sub(r"[ \t]{2,}", " ", kept)).strip()
+    marks = "".join(f"[{n}]" for n in dict.fromkeys(used) if 1 <= n <= len(evidence) and supports(n))
     return f"{answer.rstrip()} {marks}" if marks else answer
 
 
@@ -120,12 +124,14 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
     """(queries to run, rejections with reasons). Rules: not empty, at most 12 words, deduplicated and
     never run twice (compared normalised: case and punctuation aside), not a mere repeat of the question
     when a gap is named, and sharing at least MIN_SHARED_WORDS content words with the question or with the
-    gaps named before any evidence was read (`anchor`), so text inside evidence cannot steer the searches.
-    `already` holds normalised queries."""
+    gaps named before any evidence was read (`anchor`), so text inside evidence cannot steer the searches,
+    and at least one with the question itself, so a wrong draft cannot send the search after its own guess
+    (a draft that answered "California" searched "California"). `already` holds normalised queries."""
     keep: list[str] = []
     rejected: list[str] = []
     seen = set(already)
-    topic = content_words(question).union(*(content_words(g) for g in (gaps if anchor is None else anchor)))
+    asked = content_words(question)
+    topic = asked.union(*(content_words(g) for g in (gaps if anchor is None else anchor)))
     for raw in proposed:
         words = raw.split()
         if not words:
@@ -137,7 +143,8 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
             rejected.append(f"{query}: already run or duplicated")
         elif gaps and content_words(query) == content_words(question):
             rejected.append(f"{query}: repeats the question while a specific gap is named")
-        elif len(content_words(query) & topic) < min(MIN_SHARED_WORDS, len(content_words(query)) or 1):
+        elif (len(content_words(query) & topic) < min(MIN_SHARED_WORDS, len(content_words(query)) or 1)
+              or asked and not content_words(query) & asked):
             rejected.append(f"{query}: unrelated to the question and its gaps")
         else:
             keep.append(query)
