@@ -244,6 +244,28 @@ def test_full_history_strategy_shows_every_attempt():
     assert "```\\none\\n```" in third and "```\\ntwo\\n```" in third
 
 
+def test_full_history_strategy_starts_fresh_after_a_fail():
+    model = ScriptedModel([answer("one"), LESSON, answer("good")])
+    refine("task", [Expect("good", score=0.0)], context="full", session=Session(model=model))
+    assert len(model.prompts[2]) == 1 and "return the right value" in model.prompts[2][0]["content"]
+
+
+def test_a_sampled_fresh_attempt_keeps_the_lesson_the_revision_was_given():
+    for resample, script in (("stall", [answer("one"), LESSON, answer("one"), answer("good")]),
+                             ("revision", [answer("one"), LESSON, answer("two"), LESSON, answer("good")])):
+        model = ScriptedModel(script)
+        result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5, resample=resample)
+        fresh = model.prompts[-1]
+        assert result.passed and len(fresh) == 1 and "return the right value" in fresh[0]["content"], resample
+
+
+def test_a_failure_that_changes_only_in_its_numbers_is_not_a_stall():
+    model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("three")])
+    check = NewFailures("t", lambda n: f"assert f(3) == 9: got {n}", score=0.5)
+    result = refine("task", [check], session=Session(model=model), resample="off")
+    assert result.stop_reason is StopReason.MAX_ITERATIONS and result.iterations == 3
+
+
 def test_every_step_is_stored_in_order():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
     store = MemoryStore()

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, run_checks
 from ..reflect import Facts
-from ..reflect.progress import same
+from ..reflect.progress import failures, same
 from ..runtime import Stop
 from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, data, payload
 from . import refine_prompts as prompts
@@ -80,6 +80,9 @@ class RefineState(Serial):
     shows them all)."""
     revising: tuple[str, str] | None = None
     """The candidate to revise next and its feedback; None after a FAIL (start fresh)."""
+    revising_lesson: Lesson | None = None
+    """The lesson inside that feedback: it joins `lessons` when the run gives up revising for a fresh
+    attempt, so the fresh attempt is not shown less than the revision was."""
     best: tuple[str, Verdict] | None = None
     first_attempt_tokens: int = 0
     resampled: bool = False
@@ -105,7 +108,8 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
     with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
-    generator the latest candidate and feedback; "full" every earlier attempt. `lessons` are carried in
+    generator the latest candidate and feedback to revise; "full" every earlier attempt (a fresh start
+    shows the task and the lessons under either). `lessons` are carried in
     from earlier trials. With `resample` "stall", a revision that repeats itself gets one fresh attempt
     sampled at RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS; with "revision", so does every failed
     revision. The session's governor may cut retries for a `family` of tasks where they have not paid.
@@ -152,14 +156,14 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.best = (candidate, verdict)
         if not engine.gate(s.attempts, verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
-        if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
+        if why := engine.progress.stalled(s.recent, failures(verdict.failing)):
             if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
             run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
             s.resampled = s.sample_next = True
-            s.revising = None
+            _start_fresh(s, s.revising_lesson)
             ep.checkpoint(s)
             continue
         if len(s.recent) >= 3 and same(candidate, s.recent[-3]):
@@ -177,14 +181,21 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
         s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
         if verdict.status is Status.FAIL:
-            s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
-            s.revising = None
+            _start_fresh(s, lesson)
         elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
-            s.revising, s.sample_next = None, True
+            _start_fresh(s, lesson)
+            s.sample_next = True
         else:
-            s.revising = (candidate, feedback)
+            s.revising, s.revising_lesson = (candidate, feedback), lesson
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _start_fresh(s: RefineState, lesson: Lesson | None) -> None:
+    """The next attempt starts from the task and the lessons, `lesson` (the newest) among them."""
+    if lesson is not None:
+        s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
+    s.revising = s.revising_lesson = None
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:

@@ -60,10 +60,11 @@ def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]
 
 def messages(task: str, lessons: list[Lesson], revising: tuple[str, str] | None,
              history: list[tuple[str, str]], context: str) -> list[Message]:
-    """The generator's prompt for the next attempt: every earlier attempt (`full`), the latest one to
-    revise, or a fresh start from the task and the lessons."""
+    """The generator's prompt for the next attempt: a revision shows every earlier attempt (`full`) or the
+    latest one; a fresh start (after a FAIL, or a sampled attempt) shows the task and the lessons, whatever
+    the context strategy."""
+    if revising is None:
+        return fresh(task, lessons)
     if context == "full" and history:
         return full_history(task, lessons, history)
-    if revising is not None:
-        return revise(task, lessons, *revising)
-    return fresh(task, lessons)
+    return revise(task, lessons, *revising)
