@@ -1,7 +1,7 @@
 """MBPP with hidden tests: the loop sees only the first assert, and is scored on all of them, so a fix that
 fits the visible test but not the task shows up.
 
-    .venv/bin/python bench/mbpp.py [--problems 100] [--model local] [--strategies single,refine,n1,n2]
+    .venv/bin/python bench/mbpp.py [--problems 100] [--model local] [--strategies single,refine,n1,n2] [--ids A,B]
 
 Data: ../shared/data/mbpp/mbpp-py-dev.jsonl (or --data). The task names the visible test; the hidden ones
 are the rest of the problem's asserts. Reports visible pass, hidden pass (all asserts) and the
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--strategies", default="single,refine,n1,n2")
     parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--ids", default="", help="only these task ids, comma-separated (a recheck subset)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
     parser.add_argument("--name", default="mbpp", help="file stem under bench/results/")
     parser.add_argument("--skip", type=int, default=0, help="start after this many problems (a second process "
@@ -88,7 +89,7 @@ def main() -> None:
         raise SystemExit(f"MBPP data not found: {args.data} (give --data)")
     model = resolve_model(args.model)
     report = bench(
-        problems(args.data, args.problems)[args.skip:],
+        [p for p in problems(args.data, args.problems)[args.skip:] if not args.ids or p.id in args.ids.split(",")],
         model,
         args.strategies.split(","),
         args.results / f"{args.name}-rows.jsonl",
