@@ -3,6 +3,7 @@ Each test here is a case the issue "Honest outcomes, and one engine" found, thro
 found through the CLI."""
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -449,7 +450,9 @@ def test_offline_web_search_through_the_cli_never_claims_no_search_was_sought(tm
 
 
 def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_then_salvaged(docs):
-    long_answer = "Paris is the capital of France. " * 160  # about 5,000 characters
+    words = [f"w{n}" for n in range(300)]
+    rng = random.Random(7)
+    long_answer = "Paris is the capital of France. " + " ".join(rng.choice(words) for _ in range(1200))
     cut = json.dumps(draft(long_answer, missing=["more information"]))
     model = ScriptedModel([cut, cut])  # cut off both times: longer than either call's max_tokens
     result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
@@ -457,3 +460,11 @@ def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_then_salvag
     assert model.prompts[1] == model.prompts[0]  # the same question again, not a lecture about the schema
     assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and "Paris is the capital" in result.output
     assert any("unusable" in note for note in result.notes)
+
+
+def test_a_reply_cut_off_in_a_loop_is_not_asked_again(docs):
+    loop = "".join(f"If the year is {1980 + n}, search for the name in the table. " for n in range(120))
+    model = ScriptedModel([json.dumps(draft(loop, missing=["more information"]))] * 2)
+    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
+    assert model.calls == 1  # greedy decoding would write the same loop again, only longer
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and "repeats itself" in " ".join(result.notes)

@@ -30,7 +30,8 @@ and a call made for it alone does not stream (telemetry has no use for them). On
 event names gets only those (a run does not even send the others to it)."""
 
 LENGTH_REASK_GROWTH = 2
-"""A structured reply cut off at max_tokens is asked once more with this many times the tokens."""
+"""A structured reply cut off at max_tokens is asked once more with this many times the tokens, unless it
+ends in a loop (`structured.looping`)."""
 
 
 class RunStarted(str):
@@ -183,7 +184,8 @@ class Run:
              max_tokens: int = 512, temperature: float = 0.0, reask: bool = True) -> Completion | None:
         """One model call, each checked against the budget first. With a schema and `reask`, a reply that
         does not validate is asked once more with the error, and one cut off at max_tokens once more with
-        more room. Returns None when the budget is spent; `budget_stop` then says which limit."""
+        more room (unless it ends in a loop). Returns None when the budget is spent; `budget_stop` then says
+        which limit."""
 
         def once(msgs: list[Message], tokens: int = max_tokens) -> Completion | None:
             if (stop := self.meter.check()) is not None:
@@ -215,6 +217,9 @@ class Run:
             return once(messages)
         first = once(messages)
         if first is not None and first.value is None and first.finish_reason == "length":
+            if structured.looping(first.text):  # more room would buy the same loop, longer
+                first.error = f"{first.error}; it repeats itself, so it was not asked again"
+                return first
             # Cut off, not wrong: the same question with more room, not a lecture about the schema.
             return once(messages, max_tokens * LENGTH_REASK_GROWTH) or first
         if first is None or first.value is not None:
