@@ -62,6 +62,22 @@ def test_fts_syntax_in_a_query_is_harmless(corpus):
     assert corpus.search("", 3) == []
 
 
+def test_a_query_matches_whatever_its_case_in_any_script():
+    corpus = LocalCorpus(":memory:")
+    corpus.add_passages([("Istanbul", "İstanbul is the largest city in Türkiye.", "t.md", 0)])
+    for query in ("İstanbul", "istanbul", "ISTANBUL", "TÜRKIYE"):
+        assert [e.title for e in corpus.search(query, 1)] == ["Istanbul"], query
+
+
+def test_no_passage_outgrows_the_passage_size_even_without_full_stops():
+    from reflexa.search.corpus import PASSAGE_CHARS, chunk
+
+    minified = "var x = 1 " * 2_000 + "x" * 3_000  # 23,000 characters: no paragraph, no sentence end
+    passages = chunk(f"# Title\n\n{minified}")
+    assert passages and max(map(len, passages)) <= PASSAGE_CHARS
+    assert sum(map(len, passages)) >= len(minified) - len(passages)  # nothing dropped but the spaces cut at
+
+
 def test_distill_keeps_the_most_relevant_sentences():
     e = Evidence(
         "1", "s", "t", "The sky is blue. Paris has a tower. The tower is 330 metres tall. Cats sleep. Dogs run."

@@ -53,12 +53,25 @@ def _text(path: Path) -> tuple[str, str]:
     return (heading.group(1).strip() if heading else path.stem), raw
 
 
+def _cut(text: str, size: int) -> list[str]:
+    """`text` in pieces of at most `size` characters, cut at the last space before the limit where there is one."""
+    pieces = []
+    while len(text) > size:
+        at = text.rfind(" ", 0, size + 1)
+        at = at if at > 0 else size
+        pieces.append(text[:at].rstrip())
+        text = text[at:].lstrip()
+    return [*pieces, text] if text else pieces
+
+
 def chunk(text: str, size: int = PASSAGE_CHARS) -> list[str]:
-    """Passages of about `size` characters, cut between paragraphs (or sentences in a long one)."""
+    """Passages of about `size` characters, cut between paragraphs (or sentences in a long one); a sentence
+    longer than `size` (minified text, a table, no full stops) is cut too, so no passage grows unbounded."""
     pieces = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     passages, current = [], ""
     for piece in pieces:
-        for part in ([piece] if len(piece) <= size else re.split(r"(?<=[.!?])\s+", piece)):
+        sentences = [piece] if len(piece) <= size else re.split(r"(?<=[.!?])\s+", piece)
+        for part in (cut for sentence in sentences for cut in _cut(sentence, size)):
             if current and len(current) + len(part) + 1 > size:
                 passages.append(current)
                 current = ""
@@ -158,8 +171,9 @@ class LocalCorpus:
             "ORDER BY rank LIMIT ?", (match, k)).fetchall()
 
     def search(self, query: str, k: int = 5) -> list[Evidence]:
-        # Each word becomes a quoted FTS term: user text never reaches FTS syntax.
-        terms = [f'"{w}"' for w in _WORD.findall(query.lower()) if len(w) > 1]
+        # Each word becomes a quoted FTS term: user text never reaches FTS syntax. Not lower-cased here: FTS
+        # folds case itself, and Python's lower() makes "İstanbul" "i̇stanbul", two words around a combining dot.
+        terms = [f'"{w}"' for w in _WORD.findall(query) if len(w) > 1]
         if not terms:
             return []
         # Passages holding every term first (cheap: few rows to rank); only when those are too few, any term.
