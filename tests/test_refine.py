@@ -385,3 +385,16 @@ def test_a_judge_s_score_never_outranks_what_the_tests_measured():
     result = refine("t", [Tests(), Fond()], max_attempts=2, explain=False,
                     session=Session(model=ScriptedModel([answer("a"), answer("b")])))
     assert result.best == "b"
+
+
+def test_a_lesson_with_every_field_at_its_cap_fits_the_reflector_s_reply():
+    from reflexa.reflect.reflector import Reflection
+
+    fields = ("failure_step", "observed_mismatch", "root_cause", "correction")
+    full = {name: (f"{name}: wanted good but the output for one shows otherwise " * 9)[:300] for name in fields}
+    full |= {"control": "none", "control_tool": "x" * 80, "control_arg": "y" * 80, "control_value": "z" * 300}
+    Reflection.model_validate(full)  # every field at its cap, and valid
+    model = ScriptedModel([answer("one"), json.dumps(full), answer("good")])
+    result = refine("task", [Expect("good")], session=Session(model=model))
+    assert result.passed and result.counters["lessons_discarded"] == 0
+    assert full["correction"][:100] in model.prompts[2][-1]["content"]

@@ -22,8 +22,11 @@ if TYPE_CHECKING:
 
 CONTEXT_CHARS = 2000
 """The reflector's whole prompt is cut to about this many characters (about 500 tokens)."""
-REPLY_TOKENS = 256
-"""The reflector's reply is capped at this many tokens."""
+REPLY_TOKENS = 512
+"""The reflector's reply is capped at this many tokens: room for a reply with every field at its cap (about
+1,900 characters), so a long lesson is not cut into JSON that does not parse. The fields' caps bound the
+reply (a constraining backend stops each string at its cap); Qwen2.5-Coder-0.5B's 40 replies on the fault
+bench averaged 84 tokens, 142 at most."""
 INSUFFICIENT = "insufficient evidence"
 RESTATES = "the correction restates the failure"
 
