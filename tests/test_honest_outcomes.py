@@ -468,3 +468,29 @@ def test_a_reply_cut_off_in_a_loop_is_not_asked_again(docs):
     result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
     assert model.calls == 1  # greedy decoding would write the same loop again, only longer
     assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and "repeats itself" in " ".join(result.notes)
+
+
+def test_a_reflection_redone_on_resume_still_counts_against_the_quota(tmp_path):
+    class Expect:
+        name, subjective = "expect", False
+
+        def run(self, candidate, context):
+            ok = candidate.strip() == "good"
+            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, f"wanted good, got {candidate}",
+                          score=0.0)
+
+    path = tmp_path / "trace.db"
+
+    def kill_after_the_reflector(event, data):  # the lesson is paid for, the checkpoint after it not written
+        if event == "step" and data.kind == "model_call" and data.role == "reflector":
+            raise KeyboardInterrupt
+
+    lesson = {"failure_step": "1", "observed_mismatch": "got bad", "root_cause": "r", "correction": "write good"}
+    with pytest.raises(RunInterrupted) as stopped:
+        refine("t", [Expect()], budget=Budget(max_reflections=1), session=Session(
+            model=ScriptedModel(["```\nbad\n```", lesson]), store=SQLiteStore(path), observer=kill_after_the_reflector))
+    resumed = ScriptedModel(["```\nbad\n```", lesson, "```\nworse\n```", "```\ngood\n```"])
+    result = refine("t", [Expect()], budget=Budget(max_reflections=1), resume=stopped.value.run_id,
+                    session=Session(model=resumed, store=SQLiteStore(path)))
+    calls = [s for s in SQLiteStore(path).steps(result.run_id) if s.kind == "model_call" and s.role == "reflector"]
+    assert len(calls) == 1  # the quota is one reflector call for the run, not one for each process

@@ -20,7 +20,7 @@ from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
 from ..runtime import Checkpoint, Observer, Run, Stop
 from ..trace.store import MemoryStore, Store
-from ..types import Budget, Result, StopReason, Verdict
+from ..types import Budget, Result, Role, StopReason, Verdict
 
 
 @dataclass(slots=True)
@@ -162,12 +162,19 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
 
 
 def _restored(run: Run, engine: Engine, fresh: S) -> S:
-    """The state of the last checkpoint of a resumed run (the fresh state when there is none)."""
+    """The state of the last checkpoint of a resumed run (the fresh state when there is none). The steps
+    after it are redone, but a reflector call among them was paid for: it still counts against the quota,
+    so a run killed and resumed makes no more reflector calls than max_reflections, as its tokens already
+    count against the budget."""
+    paid = sum(step.kind == "model_call" and step.role == Role.REFLECTOR for step in run.resumed_steps)
+    state = fresh
     for step in reversed(run.resumed_steps):
         data = step.payload()
         # A checkpoint of its own, or one a step carries in its own row (react's steps do).
         checkpoint = data if isinstance(data, Checkpoint) else getattr(data, "checkpoint", None)
         if isinstance(checkpoint, Checkpoint):
             engine.restore(checkpoint.engine)
-            return type(fresh).from_dict(checkpoint.state)
-    return fresh
+            state = type(fresh).from_dict(checkpoint.state)
+            break
+    engine.counters.reflector_calls = max(engine.counters.reflector_calls, paid)
+    return state
