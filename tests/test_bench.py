@@ -76,6 +76,12 @@ def test_hotpotqa_script(tmp_path):
     )
     report = json.loads(out_file.read_text())
     assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
+    # The citation rules replayed on those traces: the landed rule gives the bench's own figure.
+    replayed = run("bench/citation_rules.py", "--db", str(out_file.with_suffix(".db")), "--data", str(data))
+    landed = next(line for line in replayed.splitlines() if line.strip().startswith("landed"))
+    precision = report["strategies"]["reflexa"]["citation_precision"]
+    assert "2 research runs" in replayed
+    assert (f"precision {precision:.2f}" if precision is not None else "no citations") in landed
 
 
 def coding_replies(tmp_path, code: str) -> str:

@@ -1,0 +1,123 @@
+"""Citation rules replayed on a HotpotQA run's stored revisions: could a stricter rule for which cited passages
+support an answer reach the citation-precision target (0.8) without a model call?
+
+    .venv/bin/python bench/citation_rules.py [--db bench/results/hotpotqa.db]
+
+Reads the traces `bench/hotpotqa.py` stores (its --out with .db), takes each `research` run's last usable
+revision (its answer as the model wrote it, the passages it named as used, the evidence it was shown) and
+applies each rule in place of `research_prompts.with_citations`. It scores citations as the bench does (a
+citation is right when its (title, sentence) is a supporting fact). The answers' words are the model's, so
+F1 does not change; only which passages are cited does. Rules:
+  landed       with_citations: a passage must hold a content word the answer adds to the question (an
+               answer that adds none, e.g. one that restates the question, keeps what it cites)
+  top-K        the same, then only the K passages holding most of those words
+  half         a passage must hold at least half of the words the answer adds
+  restating    an answer that adds no word to the question (and is no yes/no) cites nothing
+The replay is an estimate: in a live run a rule's cut can change the audit, and so the next revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from hotpotqa import DEFAULT_DATA, citation_scores
+
+from reflexa.evaluate.citations import clean, strip_references
+from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, with_citations
+from reflexa.search import Evidence
+
+Rule = Callable[[str, list[int], list[Evidence], str], str]
+
+
+def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bool = False) -> Rule:
+    """A variant of `with_citations` (the landed rule is rule() and gives its results)."""
+
+    def apply(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
+        words = content_words(_CITE.sub(" ", answer))
+        added = words - content_words(question) - _YES_NO
+
+        def held(n: int) -> tuple[int, int]:
+            text = content_words(f"{evidence[n - 1].title} {evidence[n - 1].snippet}")
+            return len(added & text), len(words & text)
+
+        def supports(n: int) -> bool:
+            if not added:
+                return not (restating_cites_nothing and not words & _YES_NO)
+            return held(n)[0] >= (max(1, math.ceil(len(added) / 2)) if half else 1)
+
+        inline = [int(n) for n in _CITE.findall(answer) if 1 <= int(n) <= len(evidence)]
+        pool = list(dict.fromkeys(inline or [n for n in used if 1 <= n <= len(evidence)]))
+        keep = [n for n in pool if supports(n)]
+        if top is not None:
+            keep = sorted(keep, key=lambda n: (-held(n)[0], -held(n)[1], n))[:top]
+        if inline:
+            kept = _CITE.sub(lambda m: m.group(0) if not 1 <= int(m.group(1)) <= len(evidence)
+                             or int(m.group(1)) in keep else "", answer)
+            return re.sub(r"[ \t]+([.!?,;:])", r"\1", re.sub(r"[ \t]{2,}", " ", kept)).strip()
+        marks = "".join(f"[{n}]" for n in pool if n in keep)
+        return f"{answer.rstrip()} {marks}" if marks else answer
+
+    return apply
+
+
+RULES: dict[str, Rule] = {
+    "landed": with_citations,
+    "top-1": rule(top=1), "top-2": rule(top=2), "top-3": rule(top=3),
+    "half": rule(half=True),
+    "restating": rule(restating_cites_nothing=True),
+    "restating, top-1": rule(top=1, restating_cites_nothing=True),
+    "restating, top-2": rule(top=2, restating_cites_nothing=True),
+}
+
+
+def cases(db: Path) -> list[tuple[str, list[dict], dict | None, str]]:
+    """(question, evidence, last usable revision or None, the answer the run returned) per finished run."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out = []
+    for run_id, task, result, meta in con.execute(
+            "SELECT run_id, task, result, meta FROM runs WHERE status = 'finished' AND loop = 'research'"):
+        if not json.loads(meta).get("bound"):  # the draft-only strategy's runs (no rounds): nothing to cite
+            continue
+        details = json.loads(result)["details"]
+        last = None
+        for (output,) in con.execute("SELECT output FROM steps WHERE run_id = ? AND kind = 'model_call' AND "
+                                     "role = 'generator' ORDER BY step_id", (run_id,)):
+            value = json.loads(output).get("value")
+            if value and "evidence_used" in value:
+                last = value
+        out.append((task, details.get("evidence", []), last, details.get("answer") or ""))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, default=Path(__file__).parent / "results" / "hotpotqa.db")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl")
+    args = parser.parse_args()
+    if not args.db.is_file():
+        raise SystemExit(f"no traces at {args.db}: run bench/hotpotqa.py first (or give --db)")
+    rows = {row["question"]: row for row in map(json.loads, args.data.read_text().splitlines())}
+    runs = [c for c in cases(args.db) if c[0] in rows]
+    print(f"{len(runs)} research runs, {sum(c[2] is not None for c in runs)} of them revised, from {args.db}")
+    for name, apply in RULES.items():
+        good = made = gold = 0
+        for question, evidence, last, returned in runs:
+            answer = returned
+            if last is not None:
+                shown = [Evidence(e["id"], e["source"], e["title"], e["snippet"]) for e in evidence]
+                answer = apply(strip_references(last["answer"]), last["evidence_used"], shown, question)
+                answer = clean(answer, {n: e.source for n, e in enumerate(shown, start=1)})
+            g, m, t = citation_scores(evidence, answer, rows[question])
+            good, made, gold = good + g, made + m, gold + t
+        precision = f"{good / made:.2f} ({good} / {made})" if made else "no citations"
+        print(f"  {name:18s} precision {precision:16s} recall {good / gold:.2f}")
+
+
+if __name__ == "__main__":
+    main()
