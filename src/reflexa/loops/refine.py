@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, run_checks
 from ..reflect import Facts
-from ..reflect.progress import failures, same
+from ..reflect.progress import same
 from ..runtime import Stop
 from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, data, payload
 from . import refine_prompts as prompts
@@ -156,7 +156,10 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.best = (candidate, verdict)
         if not engine.gate(s.attempts, verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
-        if why := engine.progress.stalled(s.recent, failures(verdict.failing)):
+        # Fingerprints fold numbers: "got 3" after "got 4" is the same failure. Keeping the numbers let a greedy
+        # revision that changed one value go on revising, and on MBPP that lost the sampled attempt which is
+        # what converts on a small model (bench/results/mbpp-recheck-3f48b0e-rows.jsonl).
+        if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)

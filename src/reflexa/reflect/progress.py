@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
-from ..types import Lesson, Signal
+from ..types import Lesson
 
 
 def _words(text: str) -> list[str]:
@@ -15,13 +14,6 @@ def _words(text: str) -> list[str]:
 def same(a: str, b: str) -> bool:
     """Equal up to whitespace."""
     return a.split() == b.split()
-
-
-def failures(signals: Iterable[Signal]) -> frozenset[str]:
-    """Failing signals as written, numbers kept (spacing aside), for an attempt loop's stall test: a check
-    that said "got 3" and then "got 4" saw the candidate change, which is not the same failure twice.
-    (`Signal.fingerprint` folds numbers: it names a kind of failure, for reflection and experience.)"""
-    return frozenset(f"{x.source}|{x.code}|{' '.join(x.message.split())}" for x in signals)
 
 
 REMEMBERED = 64
