@@ -250,13 +250,15 @@ def test_full_history_strategy_starts_fresh_after_a_fail():
     assert len(model.prompts[2]) == 1 and "return the right value" in model.prompts[2][0]["content"]
 
 
-def test_a_sampled_fresh_attempt_keeps_the_lesson_the_revision_was_given():
+def test_a_sampled_fresh_attempt_leaves_out_the_lesson_its_revision_was_given():
+    # Measured on MBPP: with the revision's lesson in its prompt, the sampled attempt converted 1 of 22 first-
+    # attempt failures; without it, 8.
     for resample, script in (("stall", [answer("one"), LESSON, answer("one"), answer("good")]),
                              ("revision", [answer("one"), LESSON, answer("two"), LESSON, answer("good")])):
         model = ScriptedModel(script)
         result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5, resample=resample)
         fresh = model.prompts[-1]
-        assert result.passed and len(fresh) == 1 and "return the right value" in fresh[0]["content"], resample
+        assert result.passed and fresh == [{"role": "user", "content": "task"}], resample
 
 
 def test_a_failure_that_changes_only_in_its_numbers_is_the_same_failure_and_gets_a_sampled_attempt():
@@ -264,8 +266,7 @@ def test_a_failure_that_changes_only_in_its_numbers_is_the_same_failure_and_gets
     model = ScriptedModel([answer("one"), LESSON, answer("two"), answer("good")])
     check = NewFailures("t", lambda n: f"assert f(3) == 9, wanted good: got {n}", score=0.5)
     refine("task", [check], session=Session(model=model))
-    fresh = model.prompts[-1]
-    assert len(fresh) == 1 and "return the right value" in fresh[0]["content"]  # fresh, with the lesson
+    assert model.prompts[-1] == [{"role": "user", "content": "task"}]  # a fresh attempt, not a third revision
 
 
 def test_every_step_is_stored_in_order():
