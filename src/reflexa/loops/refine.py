@@ -165,7 +165,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             # The revision's lesson stays out: on MBPP, a sampled attempt with it in its prompt converted 1 of
             # the 22 first-attempt failures where one without it converted 8 (bench/results/mbpp-recheck-*).
             s.resampled = s.sample_next = True
-            _start_fresh(s, None)
+            s.revising = None
             ep.checkpoint(s)
             continue
         if len(s.recent) >= 3 and same(candidate, s.recent[-3]):
@@ -183,21 +183,14 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
         s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
         if verdict.status is Status.FAIL:
-            _start_fresh(s, lesson)
+            s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
+            s.revising = None
         elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
-            _start_fresh(s, None)
-            s.sample_next = True
+            s.revising, s.sample_next = None, True
         else:
             s.revising = (candidate, feedback)
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
-
-
-def _start_fresh(s: RefineState, lesson: Lesson | None) -> None:
-    """The next attempt starts from the task and the lessons, `lesson` (the newest) among them."""
-    if lesson is not None:
-        s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
-    s.revising = None
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:
