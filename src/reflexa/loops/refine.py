@@ -23,7 +23,10 @@ Resample = Literal["off", "stall", "revision"]
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
-"""When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops."""
+"""When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
+"Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
+shown the revision's lesson: on MBPP each way round lost the conversions this attempt makes on a small
+model (bench/results/mbpp-recheck-3f48b0e-rows.jsonl and -16cfce4-rows.jsonl)."""
 MAX_LESSONS = 5
 """Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3
@@ -153,17 +156,12 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.best = (candidate, verdict)
         if not engine.gate(s.attempts, verdict.signals):
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
-        # Fingerprints fold numbers: "got 3" after "got 4" is the same failure. Keeping the numbers let a greedy
-        # revision that changed one value go on revising, and on MBPP that lost the sampled attempt which is
-        # what converts on a small model (bench/results/mbpp-recheck-3f48b0e-rows.jsonl).
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
             run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
-            # The revision's lesson stays out: on MBPP, a sampled attempt with it in its prompt converted 1 of
-            # the 22 first-attempt failures where one without it converted 8 (bench/results/mbpp-recheck-*).
             s.resampled = s.sample_next = True
             s.revising = None
             ep.checkpoint(s)
