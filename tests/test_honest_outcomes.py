@@ -30,6 +30,20 @@ from reflexa.tools import ToolRegistry, tool
 from reflexa.types import PAYLOADS, ErrorCode
 
 DOCS = Path(__file__).parent / "fixtures" / "docs"
+
+
+class Expect:
+    """Passes exactly "good"; anything else fails with `score` (0 = FAIL, else revise) and says what it got."""
+
+    name, subjective = "expect", False
+
+    def __init__(self, score: float = 0.0) -> None:
+        self.score = score
+
+    def run(self, candidate, context):
+        ok = candidate.strip() == "good"
+        return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, f"wanted good, got {candidate}",
+                      score=self.score)
 runner = CliRunner()
 
 
@@ -186,13 +200,6 @@ def test_actions_that_differ_only_in_numbers_are_not_repeats():
 
 
 def test_refine_resumes_from_python_and_from_the_cli(tmp_path):
-    class Expect:
-        name, subjective = "expect", False
-
-        def run(self, candidate, context):
-            ok = candidate.strip() == "good"
-            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, "wanted good", score=0.0)
-
     path = tmp_path / "trace.db"
 
     def interrupt(event, data):
@@ -313,14 +320,7 @@ def test_every_step_kind_round_trips_and_has_a_renderer():
         ]
     )
 
-    class Expect:
-        name, subjective = "expect", False
-
-        def run(self, candidate, context):
-            ok = candidate.strip() == "good"
-            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, "wanted good", score=0.5)
-
-    result = refine("t", [Expect()], session=Session(model=model, store=store))
+    result = refine("t", [Expect(score=0.5)], session=Session(model=model, store=store))
     for step in store.steps(result.run_id):
         data = step.payload()
         assert data is not None, step.kind
@@ -471,14 +471,6 @@ def test_a_reply_cut_off_in_a_loop_is_not_asked_again(docs):
 
 
 def test_a_reflection_redone_on_resume_still_counts_against_the_quota(tmp_path):
-    class Expect:
-        name, subjective = "expect", False
-
-        def run(self, candidate, context):
-            ok = candidate.strip() == "good"
-            return Signal("expect", ok, None if ok else ErrorCode.TEST_FAILED, f"wanted good, got {candidate}",
-                          score=0.0)
-
     path = tmp_path / "trace.db"
 
     def kill_after_the_reflector(event, data):  # the lesson is paid for, the checkpoint after it not written
