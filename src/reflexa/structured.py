@@ -177,7 +177,8 @@ def json_document(text: str) -> Any:
 
 
 LOOP_TAIL = 1200
-"""Characters at the end of a cut-off reply that `looping` reads."""
+"""Characters at the end of a cut-off reply that `looping` reads; a reply shorter than a third of this is
+never taken for a loop (too little text for its compression to say anything)."""
 LOOP_RATIO = 0.2
 """A tail that compresses to under this share of its size repeats itself. Measured on Qwen2.5-Coder-0.5B's
 HotpotQA-60 replies: all 17 cut off at max_tokens were runaway loops (a sentence again and again, a number
