@@ -577,6 +577,64 @@ def test_resume_after_a_reflection_keeps_the_lesson_and_the_quota(tmp_path):
     assert result.stop_reason is StopReason.NO_PROGRESS and result.counters["reflector_calls"] == 1
 
 
+@pytest.mark.parametrize("killed_at", ["react", "engine"])
+def test_a_rule_repair_decided_before_a_kill_is_carried_out_on_resume(tmp_path, killed_at):
+    """Killed after the failing step was stored (and, at "engine", after the decision too) but before the
+    decision was carried out: the resumed run retries by rule first, with no model call for that step."""
+    from reflexa import SQLiteStore
+
+    calls = []
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        calls.append(key)
+        if len(calls) == 1:
+            raise ToolError(ErrorCode.TOOL_ERROR, "database is locked, try again")
+        return f"value of {key}"
+
+    path = tmp_path / "trace.db"
+
+    def killer(event, data):
+        if event == "step" and data.kind == killed_at:
+            raise Crash()
+
+    with pytest.raises(Crash):
+        react("find it", [lookup], validator=accept,
+              session=Session(model=ScriptedModel([act("lookup", key="a")]), store=SQLiteStore(path), observer=killer))
+    run_id = SQLiteStore(path).runs()[0].run_id
+    resumed = ScriptedModel([final("value of a")])
+    result = react("find it", [lookup], resume=run_id, validator=accept,
+                   session=Session(model=resumed, store=SQLiteStore(path)))
+    assert result.passed and calls == ["a", "a"] and resumed.calls == 1
+    assert "value of a" in resumed.prompts[0][-1]["content"]
+    assert result.counters["rule_repairs"] == 1
+
+
+def test_a_stop_decided_before_a_kill_still_stops_the_resumed_run(tmp_path):
+    from reflexa import SQLiteStore
+
+    @tool
+    def read_secret() -> str:
+        """Read the secret."""
+        raise ToolError(ErrorCode.PERMISSION, "access denied")
+
+    path = tmp_path / "trace.db"
+
+    def killer(event, data):
+        if event == "step" and data.kind == "react":
+            raise Crash()
+
+    with pytest.raises(Crash):
+        react("read it", [read_secret], validator=accept,
+              session=Session(model=ScriptedModel([act("read_secret")]), store=SQLiteStore(path), observer=killer))
+    run_id = SQLiteStore(path).runs()[0].run_id
+    resumed = ScriptedModel([final("the secret")])
+    result = react("read it", [read_secret], resume=run_id, validator=accept,
+                   session=Session(model=resumed, store=SQLiteStore(path)))
+    assert result.stop_reason is StopReason.UNRECOVERABLE and resumed.calls == 0
+
+
 def test_tool_module_with_postponed_annotations(tmp_path):
     import importlib.util
 

@@ -12,7 +12,7 @@ from ..reflect import Facts, Outcome, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
 from ..tools.registry import Blocks, Observation, Tool, ToolRegistry, ToolSession, effect_tool, interrupted_effects
-from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, StopReason, Usage, payload
+from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, Signal, StopReason, Usage, payload
 from . import react_prompts as prompts
 from .session import Episode, Session, run_loop
 from .session import Outcome as RunOutcome
@@ -73,6 +73,17 @@ class Chosen(Serial):
     never counts as a repeated thought)."""
 
 
+@dataclass(slots=True)
+class Undecided(Serial):
+    """A failing step the engine has yet to decide on: what `Engine.handle` needs, and the failed action."""
+
+    signal: Signal
+    action: str
+    snippet: str
+    facts: Facts
+    failed: Action
+
+
 @payload("react")
 @dataclass(slots=True)
 class Acted(Payload):
@@ -109,6 +120,11 @@ class ReactState(Serial):
     """The next step may only give the final answer (the rule repair for a repeated read-only call)."""
     answer_asked: list[str] = field(default_factory=list)
     """Repeated calls after which the answer was asked for: the same repeat again goes to reflection."""
+    undecided: Undecided | None = None
+    """The step's failure, until the engine's decision on it is carried out. It is in the step's own
+    checkpoint, so a run killed between the step and that decision redoes the decision on resume instead
+    of losing it (a rule repair, a lesson, a stop). A redone reflection finds its lesson in the experience
+    library, or calls the reflector again within the quota that already counts the first call."""
     answer: str | None = None
     validated: bool = False
 
@@ -164,6 +180,9 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
                     "midway; not repeated, check its effect by hand")
     if s.answer is not None:  # resumed after its accepted final answer was stored: the run had ended
         return Stop(StopReason.PASSED if s.validated else StopReason.ANSWERED_UNVERIFIED)
+    # Killed between a failing step and the engine's decision on it: decide now, before the next step.
+    if (failure := s.undecided) is not None and (stop := _decide(ep, s, failure, tools)) is not None:
+        return stop
     schema = prompts.action_schema(tools.registry)
     while s.step < ep.bound:
         s.step += 1
@@ -193,15 +212,25 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         bad = engine.gate(s.step, signals)
         if observation.ok and not bad:
             ws.add_fact(f"{action} -> {observation.output}")
-        _record(ep, s, chosen, action, observation, acted_at)
         if bad and s.step < ep.bound:  # with no step left, a repair or a lesson would go unused
-            outcome = engine.handle(bad[0], goal=ws.goal, facts=ws.facts, action=action,
-                                    snippet=observation.shown(), rule_facts=_facts(observation, s, action, tools))
-            if outcome.stop is not None:
-                return Stop(outcome.stop, outcome.reason)
-            _apply(outcome, s, chosen.action, tools)
-            ep.checkpoint(s)
+            s.undecided = Undecided(bad[0], action, observation.shown(), _facts(observation, s, action, tools),
+                                    chosen.action)
+        _record(ep, s, chosen, action, observation, acted_at)
+        if (failure := s.undecided) is not None and (stop := _decide(ep, s, failure, tools)) is not None:
+            return stop
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _decide(ep: Episode, s: ReactState, failure: Undecided, tools: ToolSession) -> Stop | None:
+    """The engine's decision on a step's failure, carried out and checkpointed; a Stop if it ends the run."""
+    outcome = ep.engine.handle(failure.signal, goal=s.workspace.goal, facts=s.workspace.facts,
+                               action=failure.action, snippet=failure.snippet, rule_facts=failure.facts)
+    if outcome.stop is not None:
+        return Stop(outcome.stop, outcome.reason)
+    _apply(outcome, s, failure.failed, tools)
+    s.undecided = None
+    ep.checkpoint(s)
+    return None
 
 
 def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation: Observation,
