@@ -139,3 +139,73 @@ def test_an_internal_error_prints_its_message_as_typed(monkeypatch, capsys):
         cli.main()
     assert exit_.value.code == 1 and "OSError: cannot open [/b]/x" in capsys.readouterr().err
     assert json.loads(invoke("experience", "--json").output) == []
+
+
+def _as_a_user_who_cannot_write() -> list[str]:
+    """A command prefix under which file permissions bind: root without the capabilities that override
+    them (setpriv), or nothing for another user. Skips where neither is possible."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be made to bind")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
+def _reader(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*_as_a_user_who_cannot_write(), sys.executable, "-m", "reflexa.cli", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _shared_trace(tmp_path) -> tuple:
+    """A trace with one finished run, in a folder of its own, and the writer that made it (still open)."""
+    trace = tmp_path / "shared" / "trace.db"
+    trace.parent.mkdir()
+    from reflexa import RegexCheck, ScriptedModel, Session, refine
+
+    writer = SQLiteStore(trace)
+    refine("Write add(a, b)", [RegexCheck(r"return a \+ b")],
+           session=Session(model=ScriptedModel([RIGHT]), store=writer))
+    return trace, writer
+
+
+def test_runs_show_and_experience_read_a_trace_in_a_directory_they_may_not_write(tmp_path):
+    """Another user's trace, a read-only mount: the reading commands open it read-only instead of failing
+    to open it for writing, and change nothing."""
+    trace, writer = _shared_trace(tmp_path)
+    writer.close()  # the last connection checkpoints the WAL into the file and removes it
+    before = trace.read_bytes()
+    trace.chmod(0o444)
+    trace.parent.chmod(0o555)
+    try:
+        listed = _reader("runs", "--json", "--trace", str(trace))
+        assert listed.returncode == 0, listed.stderr
+        (run,) = json.loads(listed.stdout)
+        shown = _reader("show", run["run_id"][:8], "--trace", str(trace))
+        assert shown.returncode == 0 and "Write add(a, b)" in shown.stdout, shown.stderr
+        assert _reader("experience", "--json", "--trace", str(trace)).returncode == 0
+    finally:
+        trace.parent.chmod(0o755)
+    assert trace.read_bytes() == before and [p.name for p in trace.parent.iterdir()] == ["trace.db"]
+
+
+def test_a_read_only_copy_whose_wal_holds_steps_is_refused_not_read_partly(tmp_path):
+    """trace.db and its -wal copied where the reader may not write (no -shm beside them): SQLite could only
+    read the main file, without the WAL's steps, so the command says so instead of showing part of it."""
+    import shutil
+
+    trace, writer = _shared_trace(tmp_path)
+    copy = tmp_path / "copy" / "trace.db"
+    copy.parent.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(f"{trace}{suffix}", f"{copy}{suffix}")
+    writer.close()
+    copy.parent.chmod(0o555)
+    try:
+        done = _reader("runs", "--trace", str(copy))
+    finally:
+        copy.parent.chmod(0o755)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "holds steps not yet in the main file" in " ".join(done.stderr.split())

@@ -72,10 +72,11 @@ def clean_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def open_store(target: str | None):  # noqa: ANN201 - a Store, imported lazily
+def open_store(target: str | None, *, reader: bool = False):  # noqa: ANN201 - a Store, imported lazily
+    """The store --trace names; a `reader` command opens one it may not write read-only."""
     from ..trace.open import open_store as open_trace
 
-    return open_trace(target)
+    return open_trace(target, reader=reader)
 
 
 LOOPS = ("refine", "react", "research", "trials", "plan")
@@ -610,7 +611,7 @@ def experience_cmd(
 
         from ..reflect import ExperienceLibrary
 
-        entries = sorted(ExperienceLibrary(open_store(trace)).entries(), key=lambda e: -e.last_used)
+        entries = sorted(ExperienceLibrary(open_store(trace, reader=True)).entries(), key=lambda e: -e.last_used)
         if as_json:
             print(json.dumps([dataclasses.asdict(e) for e in entries], default=str, indent=2))
             return
@@ -647,7 +648,7 @@ def runs(
         loop = loop.lower() if loop is not None else None
         wanted = parse_status(status) if status is not None else None
         start = parse_since(since) if since is not None else None
-        rows = select_runs(open_store(trace), limit=limit, loop=loop, status=wanted, since=start)
+        rows = select_runs(open_store(trace, reader=True), limit=limit, loop=loop, status=wanted, since=start)
         if as_json:
             print(json.dumps([run_data(record, shown) for record, shown in rows], indent=2))
         elif not rows:
@@ -668,7 +669,7 @@ def show(
     with clean_errors():
         from .browse import show_run
 
-        store = open_store(trace)
+        store = open_store(trace, reader=True)
         record = find_run(store, run_id)
         if as_json:
             print(json.dumps({"run": dataclasses.asdict(record),

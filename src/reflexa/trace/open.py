@@ -10,15 +10,23 @@ from .postgres import is_url
 from .store import Store
 
 
-def open_store(target: str | Path | None = None) -> Store:
+def open_store(target: str | Path | None = None, *, reader: bool = False) -> Store:
     """The store `target` names: a postgresql:// (or postgres://) URL, or a SQLite file path. None means
-    $REFLEXA_TRACE, else trace.db in the user's data directory."""
+    $REFLEXA_TRACE, else trace.db in the user's data directory. A `reader` (a command that only reads)
+    opens an existing SQLite file it may not write read-only, instead of failing."""
     if target is None:
         target = os.environ.get("REFLEXA_TRACE") or None
     if is_url(target):
         from .postgres import PostgresStore
 
         return PostgresStore(str(target))
-    from .sqlite import SQLiteStore
+    from ..errors import StoreError
+    from .sqlite import ReadOnlySQLiteStore, SQLiteStore, default_path
 
-    return SQLiteStore(target)
+    path = Path(target) if target else default_path()
+    try:
+        return SQLiteStore(path)
+    except StoreError:
+        if not (reader and path.is_file()):
+            raise
+        return ReadOnlySQLiteStore(path)

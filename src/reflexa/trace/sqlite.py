@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
+from ..tools.sql import file_uri
 from ..types import Step
 from .store import (
     LEASE_TTL,
@@ -279,3 +280,79 @@ class SQLiteStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+class ReadOnlySQLiteStore(SQLiteStore):
+    """A SQLiteStore that only reads, for a command that only reads (`reflexa runs`, `show`, `experience`,
+    the viewer). The file is opened with SQLite's `mode=ro` URI and `query_only`, so a write fails in SQLite
+    itself; the write methods raise before reaching it. Opening a missing file or one that is not a reflexa
+    trace is a StoreError, never a new empty store.
+
+    A store in WAL mode is read through its `-shm` side file, which SQLite creates next to the file when
+    the writer left none. Where it cannot (a directory the reader may not write: another user's trace, a
+    read-only mount), the file is read as immutable, with no side files, unless a `-wal` file holds steps
+    not yet in the main file: reading without it would silently leave them out, so that is a StoreError."""
+
+    def __init__(self, path: str | Path) -> None:
+        # Not SQLiteStore.__init__: that one creates the file and migrates it.
+        self.path = Path(path)
+        self.lease_ttl = LEASE_TTL
+        self._lock = threading.RLock()
+        if not self.path.is_file():
+            raise StoreError(f"no trace store at {self.path}",
+                             hint="run a loop first (it creates the store), or pass --trace PATH")
+        try:
+            self.db = self._open_uri(file_uri(self.path, "ro"))
+        except sqlite3.OperationalError as exc:
+            if not _unwritable(exc):
+                raise StoreError(f"cannot open the trace store at {self.path} read-only: {exc}") from None
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise StoreError(
+                    f"cannot read {self.path}: its directory is read-only and {wal.name} holds steps not yet "
+                    "in the main file", hint="copy the file and its -wal file to a writable directory, or open "
+                    "it as a user who may write there") from None
+            self.db = self._open_uri(file_uri(self.path, "ro") + "&immutable=1")
+
+    def _open_uri(self, uri: str) -> sqlite3.Connection:
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA query_only=ON")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if _unwritable(exc):
+                raise
+            raise StoreError(f"{self.path} is not a readable trace store: {exc}",
+                             hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreError(f"{self.path} is not a readable trace store: {exc}",
+                             hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
+        if version == 0 or version > len(MIGRATIONS):
+            db.close()
+            what = "not a reflexa trace store" if version == 0 else f"from a newer reflexa (schema {version})"
+            raise StoreError(f"{self.path} is {what}",
+                             hint="pass --trace PATH to the trace.db a reflexa command wrote")
+        return db
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        raise StoreError(READ_ONLY)
+
+    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
+             defaults: Mapping[str, Any] | None = None, *,
+             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        raise StoreError(READ_ONLY)
+
+    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
+        raise StoreError(READ_ONLY)
+
+
+READ_ONLY = "this trace store was opened read-only"
+
+
+def _unwritable(exc: sqlite3.OperationalError) -> bool:
+    """SQLite could not create a WAL file's `-shm` beside it: the directory is not the reader's to write."""
+    return "readonly database" in str(exc) or "unable to open database file" in str(exc)

@@ -1,24 +1,13 @@
-"""The viewer's window on the trace: the CLI's SQLite store, opened read-only.
-
-The viewer never writes to the store. The file is opened with SQLite's `mode=ro` URI and `query_only`,
-so a write fails in SQLite itself; the write methods raise before reaching it. A store in WAL mode needs
-its `-wal` and `-shm` side files to be read: SQLite creates them (empty) next to the file when the
-writer left none. The database file itself is never changed.
+"""The viewer's window on the trace: the CLI's SQLite store, opened read-only (`ReadOnlySQLiteStore`), so
+the viewer never writes to it. The database file itself is never changed.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from ..errors import StoreError
-from ..tools.sql import file_uri
-from ..trace.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SQLiteStore
+from ..trace.sqlite import ReadOnlySQLiteStore
 from ..trace.store import Lease, RunRecord
 from ..types import Step, Usage
 
@@ -50,54 +39,8 @@ class RunRow:
     """A running run whose process still holds its lease (False: finished, or killed while running)."""
 
 
-class ReadOnlyStore(SQLiteStore):
-    """A SQLiteStore that only reads. Opening a missing file or one that is not a reflexa trace is a
-    StoreError, never a new empty store."""
-
-    def __init__(self, path: str | Path) -> None:
-        # Not SQLiteStore.__init__: that one creates the file and migrates it.
-        self.path = Path(path)
-        self.lease_ttl = 3600.0
-        self._lock = threading.RLock()
-        if not self.path.is_file():
-            raise StoreError(f"no trace store at {self.path}",
-                             hint="run a loop first (it creates the store), or pass --trace PATH")
-        self.db = self._open()
-
-    def _open(self) -> sqlite3.Connection:
-        uri = file_uri(self.path, "ro")
-        try:
-            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the trace store at {self.path} read-only: {exc}") from None
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA query_only=ON")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as exc:
-            db.close()
-            raise StoreError(f"{self.path} is not a readable trace store: {exc}",
-                             hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
-        if version == 0 or version > len(MIGRATIONS):
-            db.close()
-            what = "not a reflexa trace store" if version == 0 else f"from a newer reflexa (schema {version})"
-            raise StoreError(f"{self.path} is {what}",
-                             hint="pass --trace PATH to the trace.db a reflexa command wrote")
-        return db
-
-    # --- never written ----------------------------------------------------------------------------------
-
-    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
-        raise StoreError("the trace viewer opens the store read-only")
-
-    def incr(self, ns: str, key: str, fields: Mapping[str, int | float],
-             defaults: Mapping[str, Any] | None = None, *,
-             assign: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        raise StoreError("the trace viewer opens the store read-only")
-
-    def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
-        raise StoreError("the trace viewer opens the store read-only")
+class ReadOnlyStore(ReadOnlySQLiteStore):
+    """The trace store opened read-only (see ReadOnlySQLiteStore), with the queries the viewer asks."""
 
     # --- what the viewer asks ---------------------------------------------------------------------------
 
