@@ -187,3 +187,39 @@ def test_a_file_that_would_replace_a_directory_is_a_clear_sandbox_error(tmp_path
     (tmp_path / "solution.py").mkdir()  # the directory copied in holds a folder of the candidate's name
     with pytest.raises(SandboxError, match="a directory has that name"):
         SANDBOX.run([sys.executable, "-c", "pass"], copy_from=tmp_path, files={"solution.py": "x = 1"})
+
+
+@pytest.fixture()
+def no_namespaces(monkeypatch):
+    """This machine as one without namespaces or cgroups (a container, Ubuntu 24.04's default for a user):
+    only the process group, and the reaper, stand between a detached process and the host."""
+    from reflexa.evaluate import sandbox
+
+    monkeypatch.setattr(sandbox, "_namespace_prefix", lambda: None)
+    monkeypatch.setattr(sandbox, "_cgroup_parent", lambda controller: None)
+    monkeypatch.setattr(sandbox, "_cgroup_available", lambda: False)
+
+
+DETACH = (f"# {MARKER}\nimport os, subprocess, sys, time\n"
+          "daemon = 'import os, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\ntime.sleep(60)  # " + MARKER + "'\n"
+          "subprocess.run([sys.executable, '-c', daemon])\n")
+
+
+def test_without_namespaces_a_process_that_detached_does_not_outlive_the_run(no_namespaces):
+    """setsid after a double fork leaves the process group the sandbox kills; the reaper still gets it."""
+    assert "orphan-reaper" in SANDBOX.isolation and "pid-namespace" not in SANDBOX.isolation
+    result = run(DETACH + "time.sleep(0.5)\nprint('done')")
+    assert result.ok and result.stdout.strip() == "done"
+    assert leftover_processes() == []
+
+
+def test_without_namespaces_a_timed_out_run_takes_what_it_detached_with_it(no_namespaces):
+    result = run(DETACH + "time.sleep(60)")
+    assert result.timed_out
+    assert leftover_processes() == []
+
+
+def test_without_namespaces_exit_codes_and_signal_deaths_come_through(no_namespaces):
+    assert run("import sys; sys.exit(3)").returncode == 3
+    died = run("import os; os.abort()")
+    assert died.killed_by == "SIGABRT" and not died.ok

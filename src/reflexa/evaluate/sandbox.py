@@ -20,8 +20,10 @@ What it stops, where the machine allows (see `Sandbox.isolation` for what is in 
 
 What it does not stop: reading files the invoking user can read outside the hidden directories (the
 file system is visible, only read-only), connecting to a Unix socket that lives elsewhere in the file
-system, and CPU-cache or timing side channels. Without `unshare` (namespaces) the write, socket, IPC,
-network and grandchild protections are missing; `isolation` then says so and callers can refuse to run.
+system, and CPU-cache or timing side channels. Without `unshare` (namespaces) the write, socket, IPC and
+network protections are missing, and a process that detached from the run (setsid) is killed only by the
+orphan reaper (_reaper.py), which a program that kills the reaper first escapes; `isolation` then says so
+and callers can refuse to run.
 
 A harness that must report an outcome the code under test cannot fake asks for a report channel
 (`run(..., report=True)`): the sandbox hands the child a random nonce through a pipe that the harness
@@ -334,6 +336,24 @@ def _nsinit_source() -> str:
     return (Path(__file__).parent / "_nsinit.py").read_text()
 
 
+def _reaper_source() -> str:
+    return (Path(__file__).parent / "_reaper.py").read_text()
+
+
+REAPER_GRACE = 2.0
+"""Seconds a timed-out run's reaper (_reaper.py) gets to kill what its command left, before the process
+group is killed outright."""
+
+
+def _sweep_through_reaper(proc: subprocess.Popen[bytes]) -> None:
+    """A timed-out run without namespaces: SIGTERM asks the reaper to kill the command and every process it
+    detached (killing the reaper itself would orphan those to init, out of reach)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=REAPER_GRACE)
+
+
 # --- copying a working directory into the scratch dir -----------------------------------------------
 
 SKIPPED_NAMES = ("__pycache__", "node_modules")
@@ -488,6 +508,8 @@ class Sandbox:
         if _namespace_prefix():
             parts += ["read-only-fs", "private-tmp-run-shm-home", "no-network", "pid-namespace",
                       "ipc-namespace", "no-capabilities"]
+        else:
+            parts.append("orphan-reaper")
         parts.append("pids-cgroup" if _cgroup_available() else "rlimit-nproc")
         parts.append(f"memory-per-process-rlimit:{self.limits.memory_mb}MiB")
         if _cgroup_parent("memory") is not None:
@@ -535,7 +557,7 @@ class Sandbox:
             init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
             command = [*prefix, *init, *setpriv, *argv]
         else:
-            command = list(argv)
+            command = [sys.executable, "-I", "-S", "-c", _reaper_source(), "--", *argv]
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(scratch),
@@ -614,6 +636,8 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
+            if timed_out and not prefix:
+                _sweep_through_reaper(proc)
             # Kill the tree whether or not the main process ended: a grandchild may still run.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -631,8 +655,8 @@ class Sandbox:
         killed_by = None
         if code is not None and code < 0:
             killed_by = _signal_name(-code)
-        elif prefix and code is not None and code > 128:
-            killed_by = _signal_name(code - 128)  # _nsinit.py reports a signal death as 128+n
+        elif code is not None and code > 128:
+            killed_by = _signal_name(code - 128)  # _nsinit.py and _reaper.py report a signal death as 128+n
         return ExecResult(
             returncode=None if timed_out else code,
             stdout=b"".join(out).decode(errors="replace"),
