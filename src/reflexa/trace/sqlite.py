@@ -321,14 +321,10 @@ class ReadOnlySQLiteStore(SQLiteStore):
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             db.execute("PRAGMA query_only=ON")
             version = db.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.OperationalError as exc:
-            db.close()
-            if _unwritable(exc):
-                raise
-            raise StoreError(f"{self.path} is not a readable trace store: {exc}",
-                             hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
         except sqlite3.Error as exc:
             db.close()
+            if isinstance(exc, sqlite3.OperationalError) and _unwritable(exc):
+                raise  # the caller tries again without side files
             raise StoreError(f"{self.path} is not a readable trace store: {exc}",
                              hint="pass --trace PATH to the trace.db a reflexa command wrote") from None
         if version == 0 or version > len(MIGRATIONS):
