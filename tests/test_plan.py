@@ -215,6 +215,27 @@ def test_units_that_cannot_run_are_refused_before_any_model_call():
         plan("x", TOOLS, tree=tree(sub("a", check={"sql": "SELECT 1"})))
 
 
+def test_a_check_runs_as_the_kind_its_key_names(tmp_path):
+    """`sql` is never handed to the shell (it does not start with SELECT: before, it ran as a command), and a
+    query that opens with a comment still runs as SQL."""
+    from reflexa.loops.goals import SubgoalCheck, validator
+
+    db = tmp_path / "t.db"
+    import sqlite3
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+        conn.execute("INSERT INTO t VALUES (400)")
+    ran = tmp_path / "ran_as_shell"
+    with pytest.raises(ConfigError, match="does not run"):
+        validator(SubgoalCheck(sql=f"touch {ran}"), db)
+    assert not ran.exists()
+    query = "-- the count must match\nSELECT 1 FROM t WHERE n = CAST(:answer AS INTEGER)"
+    check = validator(SubgoalCheck(sql=query), db)
+    assert check is not None and check("400") is None and check("3") is not None
+    command = validator(SubgoalCheck(command='test "$REFLEXA_ANSWER" = 400'), db)
+    assert command is not None and command("400") is None and command("3") is not None
+
+
 @pytest.mark.parametrize("reply", [
     "no plan at all", "[" * 100 + "]" * 100, {"goal": "g", "subgoals": "not a list"},
     {"goal": "g", "subgoals": [{"name": "bad name!", "task": "t"}]}, {"goal": "g", "subgoals": []},

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from ..errors import ConfigError
 from ..tools.sql import file_uri
@@ -29,15 +30,19 @@ def is_sql(validate: str) -> bool:
     return validate.lstrip().split(None, 1)[0].upper() in ("SELECT", "WITH") if validate.strip() else False
 
 
-def answer_validator(validate: str, db: Path | None = None) -> Validator:
-    """An SQL query (SELECT/WITH) that must return a row on `db`, opened read-only, with the answer bound
-    to :answer; or a shell command that must exit 0, with the answer in $REFLEXA_ANSWER."""
+def answer_validator(validate: str, db: Path | None = None, *, kind: Literal["sql", "command"] | None = None
+                     ) -> Validator:
+    """An SQL query that must return a row on `db`, opened read-only, with the answer bound to :answer; or
+    a shell command that must exit 0, with the answer in $REFLEXA_ANSWER. `kind` says which; None guesses
+    from the text (SQL when it starts with SELECT or WITH), for a --validate flag that takes both. A text
+    named SQL is never run by the shell, whatever it starts with."""
     if not validate.strip():
         raise ConfigError("the validation is empty")
-    if is_sql(validate) and db is None:
+    sql = is_sql(validate) if kind is None else kind == "sql"
+    if sql and db is None:
         raise ConfigError("an SQL validation needs a database", hint="give --db")
     path = Path(db).resolve() if db is not None else None
-    if is_sql(validate) and path is not None and path.is_file():
+    if sql and path is not None and path.is_file():
         _compiles(validate, path)
 
     uri = file_uri(path, "ro") if path is not None else ""  # an SQL validation always has its database
@@ -69,7 +74,7 @@ def answer_validator(validate: str, db: Path | None = None) -> Validator:
             return None
         return f"the validation command exited {proc.returncode}: {(stderr or stdout).strip()[-200:]}"
 
-    return check_sql if is_sql(validate) else check_command
+    return check_sql if sql else check_command
 
 
 def _compiles(query: str, db: Path) -> None:
