@@ -175,8 +175,11 @@ def order(tree: GoalTree) -> list[str]:
 
 def validator(check: SubgoalCheck, db: Path | None) -> Validator | None:
     """The check as one answer validator (None when the check is empty)."""
-    parts = [answer_validator(text, db, kind=kind)
-             for text, kind in ((check.sql, "sql"), (check.command, "command")) if text is not None]
+    parts = []
+    if check.sql is not None:
+        parts.append(answer_validator(check.sql, db, kind="sql"))
+    if check.command is not None:
+        parts.append(answer_validator(check.command, db, kind="command"))
     if check.regex is not None:
         parts.append(regex_validator(check.regex))
     return all_of(parts)
