@@ -132,8 +132,47 @@ def test_unreachable_server_is_one_line_and_exit_1():
 
 
 def test_show_unknown_run():
+    import os
+
+    from reflexa import SQLiteStore
+
+    for command in (["show", "nope"], ["runs"], ["experience"]):  # a reader never creates the store it reads
+        missing = runner.invoke(app, command)
+        assert missing.exit_code == 2 and "no trace store at" in missing.output, command
+    assert not Path(os.environ["REFLEXA_TRACE"]).exists()
+    SQLiteStore(os.environ["REFLEXA_TRACE"]).close()
     result = runner.invoke(app, ["show", "nope"])
     assert result.exit_code == 2 and "no run has an id starting with" in result.output
+    assert runner.invoke(app, ["runs"]).output.strip() == "no runs stored yet"
+
+
+def test_refine_refuses_an_empty_check_an_empty_task_file_and_an_out_over_the_trace(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.md").write_text(" \n")
+    spec = replies(tmp_path, RIGHT)
+    tests = str(EXAMPLE / "test_solution.py")
+    for args, message in (
+        (["--task", "t", "--check", "  ", "--model", spec], "--check is empty"),
+        (["--task", "empty.md", "--tests", tests, "--model", spec], "the task file is empty"),
+        (["--task", "t", "--tests", tests, "--model", spec, "--out", "trace.db"], "would overwrite the trace store"),
+        (["--task", "t", "--tests", tests, "--model", spec, "--out", "trace.db-wal"], "would overwrite the trace"),
+    ):
+        monkeypatch.setenv("REFLEXA_TRACE", str(tmp_path / "trace.db"))
+        result = runner.invoke(app, ["refine", *args])
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), (args, result.output)
+    assert not (tmp_path / "trace.db").exists() or os.path.getsize(tmp_path / "trace.db") > 0
+
+
+def test_a_best_sibling_that_is_a_directory_is_refused_before_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "solution.py").write_text("mine\n")
+    (tmp_path / "solution.best.py").mkdir()
+    result = runner.invoke(app, ["refine", "--task", "t", "--tests", str(EXAMPLE / "test_solution.py"),
+                                 "--model", replies(tmp_path, WRONG), "--out", "solution.py"])
+    assert result.exit_code == 2 and "is a directory" in " ".join(result.output.split())
+    assert (tmp_path / "solution.py").read_text() == "mine\n"
 
 
 def test_models_lists_every_backend():

@@ -138,6 +138,7 @@ def test_an_internal_error_prints_its_message_as_typed(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main()
     assert exit_.value.code == 1 and "OSError: cannot open [/b]/x" in capsys.readouterr().err
+    SQLiteStore(os.environ["REFLEXA_TRACE"]).close()
     assert json.loads(invoke("experience", "--json").output) == []
 
 

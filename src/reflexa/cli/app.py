@@ -163,6 +163,8 @@ def refine_checks(*, tests: Path | None, check: str | None, out: str | None, jud
         read_text_file(tests, "tests file")
         checks.append(PytestCheck(tests, module=Path(out).stem if out else "solution", sandbox=sandbox))
     if check is not None:
+        if not check.strip():
+            raise ConfigError("--check is empty", hint="give the shell command that must exit 0")
         checks.append(CommandCheck(check, out=out or "solution.py", workdir=Path.cwd(), sandbox=sandbox))
     if judge:
         checks.append(LLMJudge())
@@ -210,7 +212,7 @@ def refine(
             raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
         target = check_out(out, force=force_out) if out is not None else None
         if target is not None:
-            check_not_an_input(target, tests=tests, task=Path(task))
+            check_not_an_input(target, trace=trace, tests=tests, task=Path(task))
         existed = target is not None and target.exists()
         text = read_task(task)
         out_name = str(out) if out else None

@@ -31,7 +31,10 @@ def read_task(task: str) -> str:
     try:
         path = Path(task)
         if path.is_file() or path.is_dir():
-            return read_text_file(path, "task file")
+            text = read_text_file(path, "task file")
+            if not text.strip():
+                raise ConfigError(f"the task file is empty: {path}")
+            return text
     except (OSError, ValueError):  # e.g. a long one-line task: too long to be a file name, so it is text
         return task
     if " " not in task.strip() and path.suffix in (".md", ".txt", ".py"):
@@ -56,11 +59,22 @@ def check_out(out: Path, *, force: bool) -> Path:
     if not force and not resolved.is_relative_to(Path.cwd().resolve()):
         raise ConfigError(f"--out must stay inside the working directory, got {out}",
                           hint="pass --force-out to write elsewhere")
+    best = best_path(resolved)  # where a run that does not pass writes, when --out already holds a file
+    if best.is_dir() or best.is_symlink():
+        raise ConfigError(f"{best.name}, where a candidate that fails goes beside --out, is a "
+                          f"{'directory' if best.is_dir() else 'symlink'}: {best}", hint="move it, or give --out "
+                          "another file")
     return resolved
 
 
-def check_not_an_input(out: Path, **inputs: Path | None) -> None:
-    """--out must not name a file the run reads (its tests, its task): the answer would replace it."""
+def best_path(out: Path) -> Path:
+    """NAME.best.SUFFIX beside --out: where the best candidate of a run that did not pass goes."""
+    return out.with_name(f"{out.stem}.best{out.suffix}")
+
+
+def check_not_an_input(out: Path, *, trace: str | None = None, **inputs: Path | None) -> None:
+    """--out must not name a file the run reads (its tests, its task) or the trace store it writes (with its
+    -wal and -shm files): the answer would replace it."""
     for flag, given in inputs.items():
         try:
             same = given is not None and given.is_file() and given.resolve() == out
@@ -68,12 +82,27 @@ def check_not_an_input(out: Path, **inputs: Path | None) -> None:
             same = False
         if same:
             raise ConfigError(f"--out would overwrite the --{flag} file: {given}", hint="give --out another file")
+    store = trace_file(trace)
+    if store is not None and out in {store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")}:
+        raise ConfigError(f"--out would overwrite the trace store: {store}", hint="give --out another file")
+
+
+def trace_file(trace: str | None) -> Path | None:
+    """The SQLite file a command's --trace (else $REFLEXA_TRACE, else the default) names, resolved; None for a
+    PostgreSQL URL."""
+    from ..trace.postgres import is_url
+    from ..trace.sqlite import default_path
+
+    target = trace or os.environ.get("REFLEXA_TRACE") or None
+    if is_url(target):
+        return None
+    return (Path(target) if target else default_path()).resolve()
 
 
 def where_best_goes(out: Path, *, passed: bool, existed: bool) -> Path:
     """Where the best candidate is written: --out itself, unless the run did not pass and --out held a file
     before it, which is kept; the candidate then goes beside it as NAME.best.SUFFIX."""
-    return out if passed or not existed else out.with_name(f"{out.stem}.best{out.suffix}")
+    return out if passed or not existed else best_path(out)
 
 
 def write_out(path: Path, text: str) -> None:

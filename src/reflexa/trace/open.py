@@ -13,7 +13,7 @@ from .store import Store
 def open_store(target: str | Path | None = None, *, reader: bool = False) -> Store:
     """The store `target` names: a postgresql:// (or postgres://) URL, or a SQLite file path. None means
     $REFLEXA_TRACE, else trace.db in the user's data directory. A `reader` (a command that only reads)
-    opens an existing SQLite file it may not write read-only, instead of failing."""
+    never creates a store, and opens an existing SQLite file it may not write read-only."""
     if target is None:
         target = os.environ.get("REFLEXA_TRACE") or None
     if is_url(target):
@@ -24,6 +24,9 @@ def open_store(target: str | Path | None = None, *, reader: bool = False) -> Sto
     from .sqlite import ReadOnlySQLiteStore, SQLiteStore, default_path
 
     path = Path(target) if target else default_path()
+    if reader and not path.exists():  # a reader never creates a store, at a mistyped path least of all
+        raise StoreError(f"no trace store at {path}",
+                         hint="run a loop first (it creates the store), or pass --trace PATH to an existing one")
     try:
         return SQLiteStore(path)
     except StoreError:
