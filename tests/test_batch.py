@@ -85,6 +85,25 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
     assert "line 1:" not in message and "line 6:" not in message
 
 
+def test_blank_checks_broken_test_code_and_a_query_that_cannot_run_are_rejected_up_front(tmp_path):
+    """Each would otherwise show up only when its task ran: a blank check passing any answer, test code that
+    fails every attempt as if the candidate were wrong, a validation query that stops the batch midway."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "shop.sqlite") as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER)")
+    refine_path = write_tasks(tmp_path, [{"task": "x", "check": "   "}, {"task": "x", "test_code": "assert ("},
+                                         {"task": "x", "regex": "x"}])
+    with pytest.raises(ConfigError) as rejected:
+        read_tasks(refine_path, "refine")
+    message = str(rejected.value)
+    assert "line 1: check: empty" in message and "line 2: test_code: not valid Python" in message
+    react_path = write_tasks(tmp_path, [{"task": "How many?", "db": "shop.sqlite"},
+                                        {"task": "How?", "db": "shop.sqlite", "validate": "SELECT 1 FROM nothing"}])
+    with pytest.raises(ConfigError, match="line 2: validate: the validation query does not run"):
+        read_tasks(react_path, "react")
+
+
 def test_a_react_task_s_db_must_be_an_sqlite_file(tmp_path):
     (tmp_path / "r.json").write_text("{}")
     path = write_tasks(tmp_path, [{"task": "How many?", "db": "r.json"}])

@@ -26,6 +26,7 @@ Paths are relative to the tasks file's folder. Unknown fields are errors, so a t
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..evaluate.answer import answer_validator
 from ..tools.sql import is_sqlite
 
 Loop = Literal["refine", "react", "research"]
@@ -93,6 +95,14 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
     if loop == "refine":
         if not any(getattr(task, name) for name in REFINE_CHECKS):
             problems.append(f"a refine task needs a check: one of {', '.join(REFINE_CHECKS)}")
+        for name in ("check", "test_code"):  # `sh -c "  "` exits 0: a blank check would pass any answer
+            if getattr(task, name) is not None and not getattr(task, name).strip():
+                problems.append(f"{name}: empty")
+        if task.test_code and task.test_code.strip():
+            try:
+                ast.parse(task.test_code)
+            except SyntaxError as exc:  # else every attempt fails on it, blamed on the candidate
+                problems.append(f"test_code: not valid Python: {exc.msg} (line {exc.lineno})")
         if task.tests and not (base / task.tests).is_file():
             problems.append(f"tests: file not found: {task.tests}")
         elif task.tests and (problem := _tests_problem(base / task.tests)):
@@ -123,6 +133,11 @@ def _loop_errors(loop: str, task: TaskLine, base: Path) -> list[str]:
             problems.append(f"db: not an SQLite database: {task.db}")
         if task.validate_ is not None and not task.validate_.strip():
             problems.append("validate: empty")
+        elif task.validate_ is not None and task.db and (base / task.db).is_file() and is_sqlite(base / task.db):
+            try:  # a query that cannot run is found here, not by the worker midway through the batch
+                answer_validator(task.validate_, base / task.db)
+            except ConfigError as exc:
+                problems.append(f"validate: {exc}")
     elif task.search == "local":
         if not task.corpus:
             problems.append("corpus: required for research with search 'local' (a folder of documents)")
