@@ -210,3 +210,17 @@ def test_a_read_only_copy_whose_wal_holds_steps_is_refused_not_read_partly(tmp_p
         copy.parent.chmod(0o755)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "holds steps not yet in the main file" in " ".join(done.stderr.split())
+
+
+def test_a_batch_task_s_run_is_resumed_by_its_batch_and_show_says_so(store):
+    """A batch react run has no `write` in its meta: `resume` used to crash on it (KeyError), after `show`
+    had told the user to run exactly that."""
+    store.start_run(RunRecord("beadbead" * 4, "react", "How many orders?", started_at=time.time(),
+                              meta={"model": "scripted", "toolset": "sql", "db": "shop.sqlite", "batch": "b1",
+                                    "batch_task": "q"}))
+    store.acquire_lease("beadbead" * 4, "gone", dead_pid())
+    shown = " ".join(invoke("show", "beadbead").output.split())
+    assert "run the same `reflexa batch` command again" in shown and "reflexa resume beadbead" not in shown
+    resumed = invoke("resume", "beadbead")
+    assert resumed.exit_code == 2 and "is task q of a batch" in resumed.output
+    assert "Traceback" not in resumed.output and "internal error" not in resumed.output

@@ -199,9 +199,15 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
                       f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)
 
 
+BATCH_RESUME = "run the same `reflexa batch` command again: it resumes the batch's interrupted tasks"
+
+
 def cli_resumes(record: RunRecord) -> bool:
     """Whether `reflexa resume` can rebuild this run: a react or plan run on the CLI's SQL tools, or a
-    refine or research run the CLI started (its inputs are in the run's meta)."""
+    refine or research run the CLI started (its inputs are in the run's meta). A batch's task is resumed by
+    its batch, which knows the task's inputs and writes its row."""
+    if "batch" in record.meta:
+        return False
     if record.loop in ("react", "plan"):
         return record.meta.get("toolset") == "sql"
     return record.loop in ("refine", "research") and "cli" in record.meta
@@ -213,6 +219,8 @@ def resume_hint(record: RunRecord) -> str:
     meta, short = record.meta, record.run_id[:12]
     if "parent" in meta:
         return f"reflexa resume {str(meta['parent'])[:12]} (the plan this sub-goal belongs to)"
+    if "batch" in meta:
+        return BATCH_RESUME
     if cli_resumes(record):
         return f"reflexa resume {short}"
     if record.loop == "trials":
