@@ -272,3 +272,18 @@ def test_a_lone_surrogate_in_model_text_does_not_break_the_output(tmp_path):
                                "--trace", str(tmp_path / "t.db"), mode], capture_output=True, text=True,
                               errors="replace", timeout=120)
         assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--plan", "tasks", "--model"])
+def test_json_nested_too_deeply_is_one_clear_line(flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    import sqlite3
+    sqlite3.connect(tmp_path / "db.sqlite").execute("CREATE TABLE t (x)").connection.close()
+    spec = replies(tmp_path, RIGHT)
+    args = {"--plan": ["plan", "goal", "--db", "db.sqlite", "--plan", "deep.json", "--model", spec],
+            "tasks": ["batch", "deep.json", "--loop", "refine", "--model", spec],
+            "--model": ["refine", "--task", "t", "--check", "true", "--model", "scripted:deep.json"]}[flag]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "nested too deeply" in result.output, result.output

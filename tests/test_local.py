@@ -95,3 +95,13 @@ def test_local_is_the_assembled_default(tmp_path, monkeypatch):
     model = LocalModel()
     assert model.name == "local:qwen" and model.path.read_bytes() == whole
     assert model.path.parent == weights.models_dir()
+
+
+@needs_llama
+def test_a_damaged_gguf_behind_a_good_header_is_a_config_error_not_an_internal_one(tmp_path):
+    from reflexa.models.local import load_llama
+
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"GGUF\x03\x00\x00\x00")  # the magic and a version, then nothing
+    with pytest.raises(ConfigError, match="cannot load the model file"):
+        load_llama(check_gguf(fake), 512, 1)

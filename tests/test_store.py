@@ -237,3 +237,16 @@ def test_opening_a_new_file_waits_out_a_reader_that_blocks_the_wal_switch(tmp_pa
     threading.Timer(0.4, lambda: reader.execute("COMMIT")).start()
     store = SQLiteStore(path)  # one busy timeout would fail ("database is locked"); the retries succeed
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_malformed_postgres_url_is_one_error_with_its_password_hidden():
+    """urllib could not parse it, so redacting it for the message raised; psycopg's own message quotes it."""
+    from reflexa.errors import StoreError
+    from reflexa.trace.open import open_store
+    from reflexa.trace.postgres import redact
+
+    assert redact("postgresql://me:p@ss@host:5/db") == "postgresql://me:***@host:5/db"
+    assert redact("postgresql://host/db") == "postgresql://host/db"
+    with pytest.raises(StoreError) as refused:
+        open_store("postgresql://me:hunter2@[::1/db")
+    assert "hunter2" not in str(refused.value) and "me:***@" in str(refused.value)

@@ -204,6 +204,9 @@ def read_tasks(path: Path, loop: str) -> list[TaskLine]:
         except json.JSONDecodeError as exc:
             errors.append(f"line {number}: not JSON: {exc.msg} (column {exc.colno})")
             continue
+        except RecursionError:
+            errors.append(f"line {number}: JSON nested too deeply to read")
+            continue
         if not isinstance(data, dict):
             errors.append(f"line {number}: must be a JSON object, got {type(data).__name__}")
             continue

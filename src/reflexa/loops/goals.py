@@ -196,6 +196,8 @@ def load(source: GoalTree | Mapping[str, Any] | Path, tools: Collection[str], **
             raise ConfigError(f"plan file not found: {source}") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"plan file {source} is not readable JSON: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"plan file {source} is JSON nested too deeply to read") from None
     tree, errors = parse(data)
     if tree is not None:
         errors = problems(tree, tools, **limits)

@@ -77,7 +77,12 @@ def load_llama(path: Path, n_ctx: int, n_threads: int) -> Any:
     with _load_lock:
         if key not in _loaded:
             # verbose=False keeps llama.cpp's load log off the user's terminal.
-            _loaded[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=False)
+            try:
+                _loaded[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=False)
+            except ValueError as exc:  # llama.cpp read the GGUF header but not the model behind it
+                raise ConfigError(f"llama.cpp cannot load the model file {path}: {exc}",
+                                  hint="the file is damaged or not a model llama.cpp supports; give another "
+                                  "GGUF file") from None
             if len(_loaded) == 1:
                 atexit.register(_close_all)
         return _loaded[key]

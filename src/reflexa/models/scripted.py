@@ -64,6 +64,8 @@ class ScriptedModel(Model):
             raise ConfigError(f"scripted replies file is not UTF-8 text: {path}", hint=hint) from None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"scripted replies file is not JSON: {path}: {exc}", hint=hint) from None
+        except RecursionError:
+            raise ConfigError(f"scripted replies file is JSON nested too deeply to read: {path}", hint=hint) from None
         delay: Any = 0.0
         if isinstance(replies, dict) and set(replies) <= {"replies", "delay"}:
             delay = replies.get("delay", 0.0)

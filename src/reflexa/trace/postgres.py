@@ -10,6 +10,7 @@ Needs the `postgres` extra: pip install 'reflexa[postgres]'.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -87,14 +88,10 @@ def is_url(target: object) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL without its password, for messages; by pattern, not by parsing, so that a URL too malformed to
+    parse (the error being reported) is still redacted rather than raising. Everything between the user's
+    colon and the last @ goes: a password holding an @ is hidden whole."""
+    return re.sub(r"^([a-z]+://[^:/@]*):.*@", r"\1:***@", url)
 
 
 class PostgresStore:
@@ -119,7 +116,8 @@ class PostgresStore:
                                        name="reflexa-trace")
             self.pool.open(wait=True, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - psycopg_pool's PoolTimeout, psycopg's errors, a bad URL
-            raise StoreError(f"cannot open the trace store at {redact(url)}: {exc}",
+            # psycopg's message may quote the URL, password and all.
+            raise StoreError(f"cannot open the trace store at {redact(url)}: {str(exc).replace(url, redact(url))}",
                              hint="is the server running and the URL right? "
                                   "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE") from None
         try:
