@@ -473,3 +473,17 @@ def test_an_upper_case_html_file_is_read_as_html(tmp_path):
     corpus.index(tmp_path)
     (hit,) = corpus.search("bridge span metres", 1)
     assert hit.title == "Bridge" and "<p>" not in hit.snippet
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_as_unreadable_and_the_rest_indexed(tmp_path):
+    import os
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "tower.md").write_text("The Eiffel Tower is 330 metres tall.")
+    with open(os.path.join(os.fsencode(folder), b"bad\xff.md"), "w") as handle:  # a byte the FS allows
+        handle.write("Unreachable by name.")
+    corpus = LocalCorpus.for_folder(folder)
+    report = corpus.index(folder)
+    assert report.added == 1 and report.skipped == 1 and report.unreadable == ("bad\ufffd.md",)
+    assert "330 metres" in corpus.search("Eiffel Tower height", 1)[0].snippet

@@ -126,8 +126,14 @@ class LocalCorpus:
         with self.db:
             for path in sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()):
                 key = str(path.relative_to(folder))
+                try:
+                    key.encode("utf-8")
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                except (UnicodeEncodeError, OSError):  # a name that is not UTF-8 (SQLite cannot hold it), no access
+                    skipped += 1
+                    unreadable.append(key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+                    continue
                 seen.add(key)
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
                 if known.get(key) == digest:
                     unchanged += 1
                     continue
