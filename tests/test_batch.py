@@ -104,6 +104,17 @@ def test_blank_checks_broken_test_code_and_a_query_that_cannot_run_are_rejected_
         read_tasks(react_path, "react")
 
 
+def test_the_results_file_may_not_be_a_file_the_batch_reads_or_its_store(tmp_path):
+    (tmp_path / "test_add.py").write_text("from solution import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    before = (tmp_path / "test_add.py").read_text()
+    path = write_tasks(tmp_path, [{"id": "a", "task": "Write add.", "tests": "test_add.py"}])
+    spec = replies(tmp_path, "r.json", [GOOD])
+    for out in ("test_add.py", "trace.db", "trace.db-wal"):
+        with pytest.raises(ConfigError, match="--out names a file the batch reads or writes"):
+            run_batch(path, "refine", store=str(tmp_path / "trace.db"), model=spec, out=tmp_path / out)
+    assert (tmp_path / "test_add.py").read_text() == before
+
+
 def test_a_react_task_s_db_must_be_an_sqlite_file(tmp_path):
     (tmp_path / "r.json").write_text("{}")
     path = write_tasks(tmp_path, [{"task": "How many?", "db": "r.json"}])

@@ -107,6 +107,18 @@ def _check_backend(spec: str | None) -> None:
                           hint=f"registered backends: {', '.join(names())}")
 
 
+def _check_not_an_input(results: Path, store: str, inputs: list[Path]) -> None:
+    """The results file must not be a file the batch reads (a task's tests or database) or its trace store
+    (with its -wal and -shm): rows appended to it would break it."""
+    from ..trace.postgres import is_url
+
+    taken = {path.resolve() for path in inputs}
+    if not is_url(store):
+        taken |= {Path(store + suffix).resolve() for suffix in ("", "-wal", "-shm")}
+    if results.resolve() in taken:
+        raise ConfigError(f"--out names a file the batch reads or writes: {results}", hint="give --out another file")
+
+
 def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = None, concurrency: int = 4,
               executor: str = "local", address: str | None = None, out: Path | None = None,
               connections: int | None = None, experience: bool = True, governor: bool = False,
@@ -137,7 +149,9 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     ident = batch_id(tasks_path.read_bytes(), loop, {"model": model, "budget": budget or {},
                                                      "experience": experience, "governor": governor})
     config = BatchConfig(ident, loop, store, model, connections, experience, governor, dict(budget or {}))
-    results = ResultsFile(out or tasks_path.with_name(tasks_path.stem + ".results.jsonl"), ident)
+    results_path = out or tasks_path.with_name(tasks_path.stem + ".results.jsonl")
+    _check_not_an_input(results_path, store, [base / name for t in tasks for name in (t.tests, t.db) if name])
+    results = ResultsFile(results_path, ident)
     shared = worker_store(store)
     owner = f"batch-driver:{os.getpid()}"
     try:
