@@ -280,6 +280,28 @@ def test_cli_resume_reads_its_own_paths_from_here_and_rebuilds_the_run_s_model(t
     assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
 
 
+def test_cli_resume_writes_the_best_candidate_to_the_run_s_out_and_finds_a_relative_trace(tmp_path, monkeypatch):
+    """A run started with --out ends, once resumed, as it would have: the answer in its --out file. And a
+    relative $REFLEXA_TRACE is the one where `resume` is typed (resume moves into the run's directory)."""
+    from reflexa.runtime import Run
+
+    start = tmp_path / "start"
+    (start / "sub").mkdir(parents=True)
+    (start / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
+    store = SQLiteStore(start / "trace.db")
+    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=Budget(), store=store,
+              meta={"bound": 3, "cli": {"tests": str(start / "test_solution.py"), "check": None, "out": "solution.py",
+                                        "judge": False, "timeout": 10.0, "cwd": str(start)}})
+    store.release_lease(run.run_id, run.owner)
+    (start / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
+    monkeypatch.chdir(start / "sub")
+    monkeypatch.setenv("REFLEXA_TRACE", "../trace.db")
+    result = runner.invoke(app, ["resume", run.run_id[:10], "--model", str(f"scripted:{start / 'r.json'}")])
+    assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
+    assert "return 2" in (start / "solution.py").read_text()
+    assert not (tmp_path / "trace.db").exists()
+
+
 def test_cli_resume_keeps_the_run_s_no_explain(tmp_path, monkeypatch):
     from reflexa.runtime import Run
 

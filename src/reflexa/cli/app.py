@@ -224,14 +224,22 @@ def refine(
         result = run_cli(session, tracker, lambda: run_refine(text, checks, session=session, budget=budget,
                                                               max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
                                                               explain=explain, meta={"cli": cli}), out_mode)
-        if target is not None and result.best is not None:
-            written = where_best_goes(target, passed=result.passed, existed=existed)
-            write_out(written, result.best)
-            if not (out_mode.json or out_mode.jsonl) and (written != target or not out_mode.quiet):
-                kept = f"the run did not pass, so {out} is kept as it was; " if written != target else ""
-                shown = (out or target).with_name(written.name)
-                console.print(f"{kept}best candidate written to {shown}", markup=False, highlight=False)
+        if target is not None and out is not None:
+            _write_best(result, target, out, existed=existed, out_mode=out_mode)
         _finish_cli(result, out_mode)
+
+
+def _write_best(result, target: Path, given: Path, *, existed: bool, out_mode: Output) -> None:  # noqa: ANN001
+    """The run's best candidate to --out (`target`, resolved from `given`), or beside it when the run did
+    not pass and --out held a file before."""
+    if result.best is None:
+        return
+    written = where_best_goes(target, passed=result.passed, existed=existed)
+    write_out(written, result.best)
+    if not (out_mode.json or out_mode.jsonl) and (written != target or not out_mode.quiet):
+        kept = f"the run did not pass, so {given} is kept as it was; " if written != target else ""
+        console.print(f"{kept}best candidate written to {given.with_name(written.name)}", markup=False,
+                      highlight=False)
 
 
 def _finish_cli(result, out: Output) -> None:  # noqa: ANN001 - Result, imported lazily
@@ -444,21 +452,29 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     from ..trace.postgres import is_url
 
     cli = record.meta["cli"]
-    # Files named on this command line are where the user is now, not where the run started.
+    # Files named on this command line (and a relative $REFLEXA_TRACE) are where the user is now, not where
+    # the run started.
     model = absolute_spec(model, Path.cwd())
+    trace = trace or os.environ.get("REFLEXA_TRACE") or None
     trace = trace if trace is None or is_url(trace) else str(Path(trace).resolve())
     if not Path(cli["cwd"]).is_dir():
         raise ConfigError(f"run {record.run_id[:12]} started in {cli['cwd']}, which is gone",
                           hint="its --tests and --check were relative to it")
-    os.chdir(cli["cwd"])  # --check and --tests were given relative to where the run started
+    os.chdir(cli["cwd"])  # --check, --tests and --out were given relative to where the run started
+    given = Path(cli["out"]) if cli["out"] else None
+    target = check_out(given, force=True) if given is not None else None  # inside it or forced, at the start
+    existed = target is not None and target.exists()
     checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
                            judge=cli["judge"], timeout=cli["timeout"])
     session, tracker = session_for(model or _spec_of(record), trace, out)
-    return run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
-                                                        max_attempts=record.meta.get("bound", 3),
-                                                        context=record.meta.get("context", "latest"),
-                                                        explain=cli.get("explain", True), meta={"cli": cli},
-                                                        resume=record.run_id), out)
+    result = run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
+                                                          max_attempts=record.meta.get("bound", 3),
+                                                          context=record.meta.get("context", "latest"),
+                                                          explain=cli.get("explain", True), meta={"cli": cli},
+                                                          resume=record.run_id), out)
+    if target is not None and given is not None:
+        _write_best(result, target, given, existed=existed, out_mode=out)
+    return result
 
 
 def _resume_research(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
