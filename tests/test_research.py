@@ -487,3 +487,16 @@ def test_a_file_name_that_is_not_utf8_is_listed_as_unreadable_and_the_rest_index
     report = corpus.index(folder)
     assert report.added == 1 and report.skipped == 1 and report.unreadable == ("bad\ufffd.md",)
     assert "330 metres" in corpus.search("Eiffel Tower height", 1)[0].snippet
+
+
+@pytest.mark.parametrize("max_tokens", [2, 10])
+def test_a_reply_cut_off_by_the_token_budget_stops_the_run_budget_tokens(corpus, max_tokens):
+    """The draft cut at the few tokens the budget had left is the budget running out, not an unusable draft
+    (ERROR) nor an answer (ANSWERED_UNVERIFIED)."""
+    from reflexa import Budget
+
+    corpus, _ = corpus
+    model = ScriptedModel([draft("The Eiffel Tower is 330 metres tall, as the guide says [1].")])
+    result = research("How tall is the Eiffel Tower?", corpus, budget=Budget(max_tokens=max_tokens),
+                      session=Session(model=model))
+    assert result.stop_reason is StopReason.BUDGET_TOKENS and model.calls == 1

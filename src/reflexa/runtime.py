@@ -199,8 +199,9 @@ class Run:
             # Only for an observer that reads tokens: asking a backend to stream can change the call.
             if observer is not None and getattr(observer, "tokens", True):
                 on_token = lambda text: observer("token", text)  # noqa: E731
+            allowed = self.meter.allowance(tokens)
             try:
-                completion = aio.complete(self.model, msgs, schema=schema, max_tokens=self.meter.allowance(tokens),
+                completion = aio.complete(self.model, msgs, schema=schema, max_tokens=allowed,
                                           temperature=temperature, on_token=on_token)
             except ModelError as exc:
                 # A failed call is a step too, so the trace shows its time and its error (a chat span marked
@@ -211,6 +212,11 @@ class Run:
             self.meter.record(role, completion.usage)
             self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)
+            if allowed < tokens and completion.finish_reason == "length":
+                # Cut off at what the token budget had left, not at the caller's max_tokens: the budget ran
+                # out, and the reply is no answer (nor worth asking again with more room).
+                self.budget_stop = StopReason.BUDGET_TOKENS
+                return None
             return completion
 
         if schema is None or not reask:
