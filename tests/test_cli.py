@@ -287,3 +287,24 @@ def test_json_nested_too_deeply_is_one_clear_line(flag, tmp_path, monkeypatch):
             "--model": ["refine", "--task", "t", "--check", "true", "--model", "scripted:deep.json"]}[flag]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "nested too deeply" in result.output, result.output
+
+
+def test_a_jsonl_reader_that_closes_the_pipe_early_stops_the_lines_not_the_run(tmp_path):
+    """`reflexa refine ... --jsonl | head -1`, for the run's id: the run still ends and is stored as it ended.
+    Before, the BrokenPipeError ended the process and left the run stored as running."""
+    import os
+    import sqlite3
+
+    spec = tmp_path / "slow.json"
+    spec.write_text(json.dumps({"replies": [WRONG, LESSON, RIGHT], "delay": 0.5}))
+    env = {**os.environ, "REFLEXA_TRACE": str(tmp_path / "trace.db")}
+    command = [sys.executable, "-m", "reflexa.cli", "refine", "--task", str(EXAMPLE / "task.md"), "--tests",
+               str(EXAMPLE / "test_solution.py"), "--model", f"scripted:{spec}", "--jsonl"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path) as proc:
+        first = json.loads(proc.stdout.readline())
+        proc.stdout.close()  # the reader goes away after the first line
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    with sqlite3.connect(tmp_path / "trace.db") as conn:
+        status, reason = conn.execute("SELECT status, stop_reason FROM runs WHERE run_id = ?",
+                                      (first["run_id"],)).fetchone()
+    assert (status, reason) == ("finished", "PASSED")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -295,11 +297,16 @@ def _clock(seconds: float) -> str:
 
 class JsonLines:
     """An observer for scripts (--jsonl): one JSON object a line on stdout, flushed at once: the run's
-    id when it opens, then each step as stored ({"event": "step", ...Step.to_dict()})."""
+    id when it opens, then each step as stored ({"event": "step", ...Step.to_dict()}).
+
+    A reader that closes the pipe early (`reflexa refine ... --jsonl | head -1`, for the run's id) stops the
+    lines, not the run: it goes on and is stored as it ends, and stdout is pointed at /dev/null so that
+    nothing printed later fails."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self._lock = threading.Lock()
+        self.closed = False
 
     def __call__(self, event: str, data: Any) -> None:
         if event == "run":
@@ -309,8 +316,15 @@ class JsonLines:
 
     def emit(self, record: dict[str, Any]) -> None:
         with self._lock:
-            self.out.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
-            self.out.flush()
+            if self.closed:
+                return
+            try:
+                self.out.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+                self.out.flush()
+            except BrokenPipeError:
+                self.closed = True
+                with contextlib.suppress(OSError, ValueError):  # an `out` with no file descriptor
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), self.out.fileno())
 
 
 def fan_out(*observers: Callable[[str, Any], None] | None) -> Callable[[str, Any], None] | None:
