@@ -115,6 +115,15 @@ def test_the_results_file_may_not_be_a_file_the_batch_reads_or_its_store(tmp_pat
     assert (tmp_path / "test_add.py").read_text() == before
 
 
+def test_a_task_s_missing_model_file_is_found_before_any_task_runs(tmp_path):
+    spec = replies(tmp_path, "r.json", [GOOD])
+    path = write_tasks(tmp_path, [{"id": "a", "task": "say GOOD", "regex": "GOOD"},
+                                  {"id": "b", "task": "say GOOD", "regex": "GOOD", "model": "scripted:missing.json"}])
+    with pytest.raises(ConfigError, match="model file not found: missing.json"):
+        run_batch(path, "refine", store=str(tmp_path / "trace.db"), model=spec)
+    assert not (tmp_path / "tasks.results.jsonl").exists()
+
+
 def test_a_react_task_s_db_must_be_an_sqlite_file(tmp_path):
     (tmp_path / "r.json").write_text("{}")
     path = write_tasks(tmp_path, [{"task": "How many?", "db": "r.json"}])

@@ -98,13 +98,19 @@ def pick_executor(executor: str, model: str | None) -> str:
 def _check_backend(spec: str | None) -> None:
     """An unknown model backend is bad input: say so before any worker starts."""
     from ..models.registry import names
+    from ..models.spec import FILE_BACKENDS
 
     if spec is None:
         return
-    kind = spec.strip().partition(":")[0]
+    kind, _, target = spec.strip().partition(":")
     if kind not in names():
         raise ConfigError(f"unknown model spec {spec!r}: no backend {kind!r}",
                           hint=f"registered backends: {', '.join(names())}")
+    # A file a task's model reads (scripted:FILE, local:PATH.gguf) that is missing would stop the batch at
+    # that task; a named model (local:smollm2) is no path.
+    if kind in FILE_BACKENDS and ("/" in target or Path(target).suffix) and not Path(target).is_file():
+        raise ConfigError(f"model file not found: {target} (model spec {spec!r})",
+                          hint="a task's model file is relative to the tasks file's folder")
 
 
 def _check_not_an_input(results: Path, store: str, inputs: list[Path]) -> None:
@@ -139,9 +145,9 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     tasks = read_tasks(tasks_path, loop)
     base = tasks_path.resolve().parent
     model = absolute_spec(model, Path.cwd())
+    tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
     for spec in {model, *(t.model for t in tasks)}:
         _check_backend(spec)
-    tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
     from ..trace.postgres import is_url
 
     if not is_url(store):
