@@ -500,3 +500,30 @@ def test_a_reply_cut_off_by_the_token_budget_stops_the_run_budget_tokens(corpus,
     result = research("How tall is the Eiffel Tower?", corpus, budget=Budget(max_tokens=max_tokens),
                       session=Session(model=model))
     assert result.stop_reason is StopReason.BUDGET_TOKENS and model.calls == 1
+
+
+def test_an_index_another_process_is_writing_is_waited_for_then_a_clear_error(tmp_path, monkeypatch):
+    import sqlite3
+    import threading
+
+    from reflexa.errors import ConfigError
+    from reflexa.search import corpus as corpus_module
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "tower.md").write_text("The Eiffel Tower is 330 metres tall.")
+    corpus = LocalCorpus.for_folder(folder)
+    writer = sqlite3.connect(folder / ".reflexa-index.sqlite", isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")  # another indexer, mid-way
+    threading.Timer(1.0, writer.rollback).start()
+    assert corpus.index(folder).added == 1  # waited for the other writer
+    writer.execute("BEGIN IMMEDIATE")
+    monkeypatch.setattr(corpus_module, "INDEX_BUSY_SECONDS", 0.1)
+    held = LocalCorpus.__new__(LocalCorpus)
+    held.path = corpus.path
+    held.db = sqlite3.connect(corpus.path, timeout=corpus_module.INDEX_BUSY_SECONDS)
+    (folder / "bridge.md").write_text("The Golden Gate Bridge spans 1,280 metres.")
+    with pytest.raises(ConfigError, match="database is locked") as refused:
+        held.index(folder)
+    assert "another process is writing this index" in refused.value.hint
+    writer.rollback()

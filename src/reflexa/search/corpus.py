@@ -94,6 +94,18 @@ class IndexReport:
     """Files whose parsing failed (a broken PDF, say), by path in the folder."""
 
 
+INDEX_BUSY_SECONDS = 300.0
+"""How long opening or updating an index waits for another process that is writing it (two batch tasks
+on one corpus, two `reflexa index` runs): indexing a large folder takes minutes, and the second then finds
+its files unchanged. SQLite's default, 5 s, failed them with "database is locked"."""
+
+
+def _hint(exc: Exception) -> str:
+    if "locked" in str(exc):
+        return "another process is writing this index; try again when it is done"
+    return "the corpus folder must be writable (the index is kept in it)"
+
+
 class LocalCorpus:
     """Passages of a folder of documents, searchable by BM25."""
 
@@ -103,11 +115,10 @@ class LocalCorpus:
         self.path = Path(index_path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, check_same_thread=False)
+            self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=INDEX_BUSY_SECONDS)
             self.db.executescript(SCHEMA)
         except (sqlite3.Error, OSError) as exc:  # a read-only folder, say: the index lives beside the documents
-            raise ConfigError(f"cannot open the search index {self.path}: {exc}",
-                              hint="the corpus folder must be writable (the index is kept in it)") from None
+            raise ConfigError(f"cannot open the search index {self.path}: {exc}", hint=_hint(exc)) from None
 
     @classmethod
     def for_folder(cls, folder: str | Path) -> LocalCorpus:
@@ -119,7 +130,12 @@ class LocalCorpus:
         return cls(folder / ".reflexa-index.sqlite")
 
     def index(self, folder: str | Path) -> IndexReport:
-        folder = Path(folder).resolve()
+        try:
+            return self._index(Path(folder).resolve())
+        except sqlite3.OperationalError as exc:  # another process held the index past INDEX_BUSY_SECONDS
+            raise ConfigError(f"cannot update the search index {self.path}: {exc}", hint=_hint(exc)) from None
+
+    def _index(self, folder: Path) -> IndexReport:
         seen, added, updated, unchanged, skipped, unreadable = set(), 0, 0, 0, 0, []
         can_pdf = importlib.util.find_spec("pypdf") is not None
         known = dict(self.db.execute("SELECT path, sha256 FROM files"))
