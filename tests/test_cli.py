@@ -308,3 +308,15 @@ def test_a_jsonl_reader_that_closes_the_pipe_early_stops_the_lines_not_the_run(t
         status, reason = conn.execute("SELECT status, stop_reason FROM runs WHERE run_id = ?",
                                       (first["run_id"],)).fetchone()
     assert (status, reason) == ("finished", "PASSED")
+
+
+def test_a_blank_reflexa_trace_is_unset_not_a_file_named_blank(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REFLEXA_TRACE", "  ")
+    result = runner.invoke(app, ["refine", "--task", "t", "--tests", str(EXAMPLE / "test_solution.py"), "-q",
+                                 "--model", replies(tmp_path, RIGHT)])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "  ").exists()
+    assert (Path(os.environ["XDG_DATA_HOME"]) / "reflexa" / "trace.db").is_file()

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
+from ..trace.store import trace_env
 from .inputs import (
     check_database,
     check_not_an_input,
@@ -455,7 +456,7 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     # Files named on this command line (and a relative $REFLEXA_TRACE) are where the user is now, not where
     # the run started.
     model = absolute_spec(model, Path.cwd())
-    trace = trace or os.environ.get("REFLEXA_TRACE") or None
+    trace = trace or trace_env()
     trace = trace if trace is None or is_url(trace) else str(Path(trace).resolve())
     if not Path(cli["cwd"]).is_dir():
         raise ConfigError(f"run {record.run_id[:12]} started in {cli['cwd']}, which is gone",
@@ -601,7 +602,6 @@ def batch_cmd(
 ) -> None:
     """Run every task of a JSONL file with concurrent workers on one store. Results go to the store and the
     results file; the same command again skips finished tasks and resumes interrupted ones."""
-    import os
 
     from ..trace.sqlite import default_path
     from .batch import run as run_batch_cli
@@ -612,7 +612,7 @@ def batch_cmd(
         if address is not None and executor != "ray":
             raise ConfigError("--address needs --executor ray")
         budget = {k: v for k, v in (("max_tokens", max_tokens), ("max_calls", max_calls)) if v is not None}
-        store = trace or os.environ.get("REFLEXA_TRACE") or str(default_path())
+        store = trace or trace_env() or str(default_path())
         code = run_batch_cli(tasks, loop, store=store, out=out, console=console, errors=errors, as_json=as_json,
                              model=model, concurrency=concurrency, executor=executor, address=address,
                              connections=connections, experience=experience, governor=governor, budget=budget)
@@ -709,7 +709,6 @@ def ui_cmd(
 ) -> None:
     """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
     with clean_errors():
-        import os
 
         from ..trace.postgres import is_url
         from ..trace.sqlite import default_path
@@ -718,7 +717,7 @@ def ui_cmd(
         if not is_loopback(host):
             errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
                          "reads the whole trace", highlight=False)
-        if is_url(trace or os.environ.get("REFLEXA_TRACE")):
+        if is_url(trace or trace_env()):
             raise ConfigError("reflexa ui reads a SQLite trace file; a PostgreSQL store is not supported yet")
         path = Path(trace) if trace else default_path()
         serve(path, host=host, port=port,

@@ -92,8 +92,9 @@ def trace_file(trace: str | None) -> Path | None:
     PostgreSQL URL."""
     from ..trace.postgres import is_url
     from ..trace.sqlite import default_path
+    from ..trace.store import trace_env
 
-    target = trace or os.environ.get("REFLEXA_TRACE") or None
+    target = trace or trace_env()
     if is_url(target):
         return None
     return (Path(target) if target else default_path()).resolve()

@@ -3,11 +3,10 @@ postgresql:// URL (PostgreSQL, shared by many workers)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .postgres import is_url
-from .store import Store
+from .store import Store, trace_env
 
 
 def open_store(target: str | Path | None = None, *, reader: bool = False) -> Store:
@@ -15,7 +14,7 @@ def open_store(target: str | Path | None = None, *, reader: bool = False) -> Sto
     $REFLEXA_TRACE, else trace.db in the user's data directory. A `reader` (a command that only reads)
     never creates a store, and opens an existing SQLite file it may not write read-only."""
     if target is None:
-        target = os.environ.get("REFLEXA_TRACE") or None
+        target = trace_env()
     if is_url(target):
         from .postgres import PostgresStore
 

@@ -9,7 +9,6 @@ a commit) to guard against that too, which the trace does not need.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sqlite3
 import threading
@@ -33,6 +32,7 @@ from .store import (
     step_from_row,
     storable,
     to_json,
+    trace_env,
 )
 
 BUSY_TIMEOUT_MS = 5000
@@ -79,7 +79,7 @@ one transaction together with its version bump, so a crash leaves the schema at 
 
 def default_path() -> Path:
     """$REFLEXA_TRACE, else trace.db in the user's data directory."""
-    if env := os.environ.get("REFLEXA_TRACE"):
+    if env := trace_env():
         return Path(env)
     from platformdirs import user_data_dir
 

@@ -26,6 +26,11 @@ LEASE_TTL = 3600.0
 (`acquire_lease` again). A lease held on this host is stale as soon as its process is gone."""
 
 
+def trace_env() -> str | None:
+    """$REFLEXA_TRACE, or None when it is unset or blank (a blank one named a file called "  ")."""
+    return os.environ.get("REFLEXA_TRACE", "").strip() or None
+
+
 @dataclass(slots=True)
 class RunRecord:
     """One stored run: what was asked, how it ended, and its result summary."""
