@@ -405,7 +405,7 @@ def resume(
     """Continue a killed or interrupted run (refine, react, research or plan) from its last stored step, without repeating a side-effecting tool."""  # noqa: E501 - one line: rich keeps a docstring's line breaks
     with clean_errors():
         from ..types import Budget
-        from .browse import BATCH_RESUME, cli_resumes
+        from .browse import BATCH_RESUME, TRIALS_RESUME, cli_resumes
 
         out = output(as_json, jsonl, quiet, verbose)
         record = find_run(open_store(trace), run_id)
@@ -420,6 +420,9 @@ def resume(
         if "batch" in meta:
             raise ConfigError(f"run {record.run_id[:12]} is task {meta.get('batch_task')} of a batch",
                               hint=BATCH_RESUME)
+        if record.loop == "trials":
+            raise ConfigError(f"run {record.run_id[:12]} is a trials run, whose trials are runs of their own",
+                              hint=f"{TRIALS_RESUME}, or from Python: trials(..., resume={record.run_id[:12]!r})")
         if not cli_resumes(record):
             raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
                               hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")

@@ -199,6 +199,8 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
                       f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)
 
 
+TRIALS_RESUME = ("reflexa resume on its unfinished trial, a react run (reflexa runs --loop react: it is interrupted "
+                 "or stale)")
 BATCH_RESUME = "run the same `reflexa batch` command again: it resumes the batch's interrupted tasks"
 
 
@@ -224,6 +226,5 @@ def resume_hint(record: RunRecord) -> str:
     if cli_resumes(record):
         return f"reflexa resume {short}"
     if record.loop == "trials":
-        return (f"reflexa resume on its unfinished trial (a react run: reflexa runs --status stale), or from "
-                f"Python: trials(..., resume={short!r})")
+        return f"{TRIALS_RESUME}, or from Python: trials(..., resume={short!r})"
     return f"{record.loop}(..., resume={short!r}) from Python"
