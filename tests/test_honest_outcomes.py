@@ -326,7 +326,7 @@ def test_resume_hint_for_python_runs_is_valid(tmp_path):
     store = SQLiteStore(tmp_path / "t.db")
     run = Run("trials", "t", ScriptedModel([]), budget=Budget(), store=store)
     result = runner.invoke(app, ["resume", run.run_id[:8], "--trace", str(tmp_path / "t.db")])
-    assert result.exit_code == 2 and f"trials(..., resume='{run.run_id[:12]}')" in result.output
+    assert result.exit_code == 2 and f"trials(..., resume='{run.run_id[:12]}')" in " ".join(result.output.split())
 
 
 def test_every_step_kind_round_trips_and_has_a_renderer():
