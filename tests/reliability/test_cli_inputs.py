@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
+from reflexa import SQLiteStore
 from reflexa.cli.app import app
 
 runner = CliRunner()
@@ -25,6 +26,7 @@ def work(tmp_path, monkeypatch):
     sqlite3.connect(tmp_path / "shop.sqlite").execute("CREATE TABLE t (x)").connection.commit()
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     os.symlink("/tmp/elsewhere.py", tmp_path / "link.py")
+    SQLiteStore(os.environ["REFLEXA_TRACE"]).close()  # a trace to look runs up in (readers never create one)
     return tmp_path
 
 
