@@ -116,11 +116,12 @@ def _check_backend(spec: str | None) -> None:
 def _check_not_an_input(results: Path, store: str, inputs: list[Path]) -> None:
     """The results file must not be a file the batch reads (a task's tests or database) or its trace store
     (with its -wal and -shm): rows appended to it would break it."""
-    from ..trace.postgres import is_url
+    from ..trace.open import sqlite_path
+    from ..trace.sqlite import store_files
 
     taken = {path.resolve() for path in inputs}
-    if not is_url(store):
-        taken |= {Path(store + suffix).resolve() for suffix in ("", "-wal", "-shm")}
+    if (store_file := sqlite_path(store)) is not None:
+        taken |= store_files(store_file)
     if results.resolve() in taken:
         raise ConfigError(f"--out names a file the batch reads or writes: {results}", hint="give --out another file")
 

@@ -605,7 +605,6 @@ def batch_cmd(
 ) -> None:
     """Run every task of a JSONL file with concurrent workers on one store. Results go to the store and the
     results file; the same command again skips finished tasks and resumes interrupted ones."""
-
     from ..trace.sqlite import default_path
     from .batch import run as run_batch_cli
 
@@ -712,17 +711,15 @@ def ui_cmd(
 ) -> None:
     """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
     with clean_errors():
-
-        from ..trace.postgres import is_url
-        from ..trace.sqlite import default_path
+        from ..trace.open import sqlite_path
         from ..ui.server import is_loopback, serve
 
         if not is_loopback(host):
             errors.print(f"[bold yellow]warning:[/bold yellow] serving on {escape(host)}: anyone who can reach it "
                          "reads the whole trace", highlight=False)
-        if is_url(trace or trace_env()):
+        path = sqlite_path(trace)
+        if path is None:
             raise ConfigError("reflexa ui reads a SQLite trace file; a PostgreSQL store is not supported yet")
-        path = Path(trace) if trace else default_path()
         serve(path, host=host, port=port,
               on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
 

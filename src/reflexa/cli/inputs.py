@@ -82,22 +82,12 @@ def check_not_an_input(out: Path, *, trace: str | None = None, **inputs: Path | 
             same = False
         if same:
             raise ConfigError(f"--out would overwrite the --{flag} file: {given}", hint="give --out another file")
-    store = trace_file(trace)
-    if store is not None and out in {store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")}:
-        raise ConfigError(f"--out would overwrite the trace store: {store}", hint="give --out another file")
+    from ..trace.open import sqlite_path
+    from ..trace.sqlite import store_files
 
-
-def trace_file(trace: str | None) -> Path | None:
-    """The SQLite file a command's --trace (else $REFLEXA_TRACE, else the default) names, resolved; None for a
-    PostgreSQL URL."""
-    from ..trace.postgres import is_url
-    from ..trace.sqlite import default_path
-    from ..trace.store import trace_env
-
-    target = trace or trace_env()
-    if is_url(target):
-        return None
-    return (Path(target) if target else default_path()).resolve()
+    store = sqlite_path(trace)
+    if store is not None and out in store_files(store):
+        raise ConfigError(f"--out would overwrite the trace store: {store.resolve()}", hint="give --out another file")
 
 
 def where_best_goes(out: Path, *, passed: bool, existed: bool) -> Path:

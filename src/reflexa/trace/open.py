@@ -15,14 +15,14 @@ def open_store(target: str | Path | None = None, *, reader: bool = False) -> Sto
     never creates a store, and opens an existing SQLite file it may not write read-only."""
     if target is None:
         target = trace_env()
-    if is_url(target):
+    path = sqlite_path(target)
+    if path is None:
         from .postgres import PostgresStore
 
         return PostgresStore(str(target))
     from ..errors import StoreError
-    from .sqlite import ReadOnlySQLiteStore, SQLiteStore, default_path
+    from .sqlite import ReadOnlySQLiteStore, SQLiteStore
 
-    path = Path(target) if target else default_path()
     if reader and not path.exists():  # a reader never creates a store, at a mistyped path least of all
         raise StoreError(f"no trace store at {path}",
                          hint="run a loop first (it creates the store), or pass --trace PATH to an existing one")
@@ -32,3 +32,15 @@ def open_store(target: str | Path | None = None, *, reader: bool = False) -> Sto
         if not (reader and path.is_file()):
             raise
         return ReadOnlySQLiteStore(path)
+
+
+def sqlite_path(target: str | Path | None = None) -> Path | None:
+    """The SQLite file `target` names (None: $REFLEXA_TRACE, else trace.db in the user's data directory), or
+    None when it is a PostgreSQL URL."""
+    if target is None:
+        target = trace_env()
+    if is_url(target):
+        return None
+    from .sqlite import default_path
+
+    return Path(target) if target else default_path()

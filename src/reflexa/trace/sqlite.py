@@ -86,6 +86,12 @@ def default_path() -> Path:
     return Path(user_data_dir("reflexa")) / "trace.db"
 
 
+def store_files(path: Path) -> set[Path]:
+    """The files a SQLite store at `path` is made of, resolved: the database and its WAL side files."""
+    path = path.resolve()
+    return {path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")}
+
+
 class SQLiteStore:
     """Runs and steps in SQLite; safe for several processes at once (WAL plus a busy timeout)."""
 
