@@ -64,6 +64,13 @@ CASES = [
     (["refine", "--task", "t", "--tests", "tests.py", "-m", "openai:http://[::1/v1#m"], "url"),
     (["refine", "--task", "t", "--tests", "tests.py", "-m", "anthropic:claude-x"], "ANTHROPIC_API_KEY"),
     (["refine", "--task", "t", "--tests", "tests.py", "-m", ""], "empty"),
+    # pathlib reads "" as ".": an empty path must not name the current folder
+    (["index", ""], "is empty; give a path"),
+    (["research", "q", "--corpus", " "], "is empty; give a path"),
+    (["react", "q", "--db", ""], "is empty; give a path"),
+    (["refine", "--task", "t", "--tests", ""], "is empty; give a path"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--out", ""], "is empty; give a path"),
+    (["batch", "", "--loop", "refine"], "is empty; give a path"),
 ]
 
 

@@ -20,6 +20,7 @@ from .inputs import (
     check_database,
     check_not_an_input,
     check_out,
+    path_arg,
     read_task,
     read_text_file,
     sql_validator,
@@ -177,12 +178,12 @@ def refine_checks(*, tests: Path | None, check: str | None, out: str | None, jud
 @app.command()
 def refine(
     task: Annotated[str, typer.Option("--task", "-t", help="The task: a file (.md, .txt) or the text itself.")],
-    tests: Annotated[Path | None, typer.Option("--tests", help="A pytest file that imports the candidate "
-                     "from module `solution` (or from the --out file's module).", show_default=False)] = None,
+    tests: Annotated[Path | None, typer.Option("--tests", parser=path_arg, help="A pytest file that imports the "
+                     "candidate from module `solution` (or from the --out file's module).", show_default=False)] = None,
     check: Annotated[str | None, typer.Option("--check", help="A shell command run in a scratch copy of "
                      "this directory with the candidate written to --out; exit 0 passes.", show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where the candidate goes for --check, "
-                   "and where the best candidate is written at the end.", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", parser=path_arg, help="Where the candidate goes for "
+                   "--check, and where the best candidate is written at the end.", show_default=False)] = None,
     force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
@@ -289,7 +290,7 @@ def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: B
 @app.command()
 def react(
     goal: Annotated[str, typer.Argument(help="The question or goal.")],
-    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
+    db: Annotated[Path, typer.Option("--db", parser=path_arg, help="The SQLite database the SQL tools work on.")],
     validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer: an SQL query "
                         "that must return a row (the answer is :answer), or a shell command that must exit 0 (the "
                         "answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.",
@@ -354,9 +355,9 @@ def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Bu
 @app.command("plan")
 def plan_cmd(
     goal: Annotated[str, typer.Argument(help="The top-level goal.")],
-    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL tools work on.")],
-    plan_file: Annotated[Path | None, typer.Option("--plan", help="A goal tree as JSON (skips the planner): "
-                         '{"goal", "facts", "subgoals": [{"name", "task", "depends_on", "tools", "check"}]}.',
+    db: Annotated[Path, typer.Option("--db", parser=path_arg, help="The SQLite database the SQL tools work on.")],
+    plan_file: Annotated[Path | None, typer.Option("--plan", parser=path_arg, help="A goal tree as JSON (skips the "
+                         'planner): {"goal", "facts", "subgoals": [{"name", "task", "depends_on", "tools", "check"}]}.',
                          show_default=False)] = None,
     validate: Annotated[str | None, typer.Option("--validate", help="Check the final answer (of every sub-goal "
                         "no other depends on), as for react --validate.", show_default=False)] = None,
@@ -509,7 +510,9 @@ def find_run(store, run_id: str):  # noqa: ANN001, ANN201
 
 
 @app.command()
-def index(folder: Annotated[Path, typer.Argument(help="A folder of .md, .txt and .html files.")]) -> None:
+def index(
+    folder: Annotated[Path, typer.Argument(parser=path_arg, help="A folder of .md, .txt and .html files.")],
+) -> None:
     """Build or update the local search corpus of a folder (incremental: only changed files are re-read)."""
     with clean_errors():
         from ..search import LocalCorpus
@@ -549,7 +552,8 @@ def _print_answer(result, out: Output) -> None:  # noqa: ANN001
 @app.command("research")
 def research_cmd(
     question: Annotated[str, typer.Argument(help="The question to answer from evidence.")],
-    corpus: Annotated[Path | None, typer.Option("--corpus", help="Folder of documents (indexed on the fly).")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", parser=path_arg,
+                                                     help="Folder of documents (indexed on the fly).")] = None,
     search: Annotated[str, typer.Option("--search", help="Search backend: local (default, needs --corpus), tavily, "
                       "ddgs or wikipedia.")] = "local",
     model: ModelOpt = None,
@@ -584,14 +588,15 @@ def research_cmd(
 
 @app.command("batch")
 def batch_cmd(
-    tasks: Annotated[Path, typer.Argument(help="A JSONL file, one task a line (see the README's task-line schema).")],
+    tasks: Annotated[Path, typer.Argument(parser=path_arg, help="A JSONL file, one task a line (see the "
+                                                       "README's task-line schema).")],
     loop: Annotated[str, typer.Option("--loop", "-l", help="The loop every task runs: refine, react or research.")],
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=1024, help="Tasks at once.")] = 4,
     executor: Annotated[str, typer.Option(help="local (threads; processes for the embedded model), async "
                                                 "(coroutines on one event loop, for an HTTP model) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="A Ray cluster to run on (default: a local Ray).",
                        show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="The results file (JSONL). Default: "
+    out: Annotated[Path | None, typer.Option("--out", "-o", parser=path_arg, help="The results file (JSONL). Default: "
                    "TASKS.results.jsonl beside the tasks file.", show_default=False)] = None,
     model: ModelOpt = None,
     connections: Annotated[int | None, typer.Option(min=1, help="Model calls in flight at most per backend in one "

@@ -10,6 +10,16 @@ from pathlib import Path
 from ..errors import ConfigError
 
 
+def path_arg(value: str | Path) -> Path:
+    """A path typed on the command line (typer's `parser=`), refused when empty: pathlib reads "" as ".", so
+    `reflexa index ""` or `--db ""` would otherwise name the current folder."""
+    if isinstance(value, Path):
+        return value
+    if not value.strip():
+        raise ValueError("is empty; give a path")
+    return Path(value)
+
+
 def read_text_file(path: Path, what: str) -> str:
     """A UTF-8 text file's content, or one clear error (missing, a directory, binary, not UTF-8)."""
     if path.is_dir():
