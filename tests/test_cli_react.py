@@ -91,6 +91,11 @@ def test_react_validate_checks_the_answer_with_sql_or_a_command(tmp_path, shop):
     broken = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate",
                                  "SELECT 1 FROM ordrs", "--model", replies(tmp_path, "d.json", *answer)])
     assert broken.exit_code == 2 and "no such table: ordrs" in broken.output  # said before any model call
+    # A query that writes would fail on the read-only database for every answer: refused up front too.
+    for writes in ("WITH x AS (SELECT 1) DELETE FROM orders", "WITH x AS (SELECT 1) UPDATE orders SET id = 0"):
+        refused = runner.invoke(app, ["react", "--db", str(shop), "How many orders?", "--validate", writes,
+                                      "--model", replies(tmp_path, "e.json", *answer)])
+        assert refused.exit_code == 2 and "must only read" in refused.output, refused.output
 
 
 def test_react_typo_is_repaired_and_experience_is_listed(tmp_path, shop):

@@ -77,13 +77,30 @@ def answer_validator(validate: str, db: Path | None = None, *, kind: Literal["sq
     return check_sql if sql else check_command
 
 
+_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+
+
 def _compiles(query: str, db: Path) -> None:
-    """A query that cannot run (a syntax error, an unknown table) is a ConfigError before the run, not a
-    failure blamed on every answer the model gives."""
+    """A query that cannot run (a syntax error, an unknown table, a write such as `WITH … DELETE`, which the
+    read-only database would refuse) is a ConfigError before the run, not a failure blamed on every answer
+    the model gives."""
+    writes: list[int] = []
+
+    def reads_only(action: int, *_: object) -> int:  # SQLite asks this while it compiles the query
+        if action in _READS:
+            return sqlite3.SQLITE_OK
+        writes.append(action)
+        return sqlite3.SQLITE_DENY
+
     try:
         with sqlite3.connect(file_uri(db, "ro"), uri=True) as conn:
+            conn.set_authorizer(reads_only)
             conn.execute(f"EXPLAIN {query}", {"answer": ""} if ":answer" in query else {})  # compiled, not run
     except sqlite3.Error as exc:
+        if writes:
+            raise ConfigError("the validation query would change the database; it must only read",
+                              hint="a SELECT (or WITH … SELECT) that returns a row when the answer is right"
+                              ) from None
         raise ConfigError(f"the validation query does not run on {db.name}: {exc}",
                           hint="try it with sqlite3 first, with a sample answer for :answer") from None
 
