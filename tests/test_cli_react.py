@@ -177,6 +177,13 @@ def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
         act("query", "check it", sql="SELECT amount FROM refunds WHERE id = 999"),
         act("final_answer", "done", answer="refunded"),
     )
+    # A database replaced since the kill is named before the run goes on, not met as a tool failure in it.
+    shop.rename(tmp_path / "shop.kept")
+    shop.write_text("not a database")
+    replaced = subprocess.run([sys.executable, "-m", "reflexa.cli", "resume", run_id[:10], "--model", second],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert replaced.returncode == 2 and "not an SQLite database" in replaced.stderr, replaced.stderr
+    (tmp_path / "shop.kept").replace(shop)
     result = subprocess.run(
         [sys.executable, "-m", "reflexa.cli", "resume", run_id[:10], "--model", second],
         env=env,

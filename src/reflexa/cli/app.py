@@ -427,6 +427,8 @@ def resume(
         if not cli_resumes(record):
             raise ConfigError(f"run {record.run_id[:12]} is a {record.loop} run started from Python",
                               hint=f"resume it from Python: {record.loop}(..., resume={record.run_id[:12]!r})")
+        if record.loop in ("plan", "react"):
+            check_database(Path(meta["db"]))  # it may have been moved or replaced since the run stopped
         if record.loop == "plan":
             result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
