@@ -4,6 +4,7 @@ import pytest
 
 from reflexa import Budget, MemoryStore, ScriptedModel, Session, StopReason
 from reflexa.loops import react, refine, trials
+from reflexa.loops import react_prompts as prompts
 from reflexa.reflect import ExperienceLibrary
 from reflexa.tools import ToolError, ToolRegistry, ToolSession, sql_tools, tool
 from reflexa.types import ErrorCode, Signal
@@ -359,6 +360,19 @@ def test_a_truncated_call_repeated_after_its_page_is_asked_for_the_answer_not_pa
                          "a repeated read-only call: answer from what is known"]
 
 
+def test_a_truncated_output_s_ends_stay_in_facts_after_its_page():
+    """The step that cut a long output raised a signal, but what it returned is still data: its ends (where
+    the result often is) become a fact, so the page that follows cannot push the result out of view."""
+    @tool(max_chars=50)
+    def dump() -> str:
+        return "-- noise " + "x" * 100 + " total=7"
+
+    model = ScriptedModel([act("dump"), final("7")])
+    react("q", [dump], validator=accept, session=Session(model=model))
+    facts = model.prompts[1][-1]["content"].split("Recent steps:")[0]  # the prompt after the page
+    assert "Facts:" in facts and "total=7" in facts
+
+
 def test_a_transient_error_is_retried_by_rule_and_the_retries_notes_are_no_repeated_thought(monkeypatch):
     import importlib
 
@@ -381,6 +395,34 @@ def test_a_transient_error_is_retried_by_rule_and_the_retries_notes_are_no_repea
     assert result.counters["rule_repairs"] == 2 and result.counters["gate_signals"] == 2
     assert result.counters["reflector_calls"] == 0
     assert "stock=5" in model.prompts[-1][-1]["content"]
+    assert "busy" not in model.prompts[-1][-1]["content"]  # the fixed failures left the window
+
+
+def test_a_repaired_value_replaces_its_failure_in_the_window():
+    @tool
+    def city_count(city: str) -> str:
+        if city != "Lisbon":
+            raise ToolError(ErrorCode.NOT_FOUND, f"no city {city!r}", suggestion={"city": "Lisbon"})
+        return "count=3"
+
+    model = ScriptedModel([act("city_count", city="Lisboa"), final("3")])
+    result = react("How many in Lisbon?", [city_count], validator=accept, session=Session(model=model))
+    prompt = model.prompts[-1][-1]["content"]
+    assert result.passed and result.counters["rule_repairs"] == 1 and model.calls == 2
+    assert "count=3" in prompt and "Lisboa" not in prompt
+
+
+def test_the_last_step_may_only_answer_once_facts_are_known():
+    """A tool called on the last step could never be read: with facts in hand, the model is asked for the
+    answer instead. With nothing known yet, it is asked as on any step."""
+    lookup, _ = flaky_tool(0)
+    model = ScriptedModel([act("lookup", key="good"), final("value of good")])
+    result = react("find it", [lookup], validator=accept, session=Session(model=model), max_steps=2)
+    assert result.passed and model.prompts[1][-1]["content"].endswith(prompts.LAST_STEP)
+    assert model.schemas[1] == prompts.answer_schema() and model.schemas[0] != prompts.answer_schema()
+    alone = ScriptedModel([act("lookup", key="good")])
+    react("find it", [lookup], validator=accept, session=Session(model=alone), max_steps=1)
+    assert alone.schemas[0] != prompts.answer_schema()
 
 
 class Crash(BaseException):

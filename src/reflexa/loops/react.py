@@ -71,6 +71,9 @@ class Chosen(Serial):
     by_model: bool = False
     """The model chose it (else a rule, a lesson or a failed reply did, and `thought` is reflexa's note, which
     never counts as a repeated thought)."""
+    repairs: str = ""
+    """The failed action a rule repair stands in for (a retry, repaired arguments): once this one succeeds,
+    that failure leaves the window, so the model does not act on an error already fixed."""
 
 
 @dataclass(slots=True)
@@ -202,7 +205,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         if observation.ok:
             s.actions.append(action)  # only successful actions count as repeats; failures are the engine's
         s.thoughts.append(thought)
-        ws.add_step({"step": s.step, "action": action, "observation": observation.shown()})
+        ws.add_step({"step": s.step, "action": action, "observation": observation.shown()},
+                    fixes=chosen.repairs if observation.ok else "")
         final = isinstance(chosen.action, FinalAnswer)
         if final and observation.ok:
             s.answer, s.validated = observation.output, validator is not None
@@ -210,7 +214,7 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
             _record(ep, s, chosen, action, observation, acted_at)
             return Stop(StopReason.PASSED if s.validated else StopReason.ANSWERED_UNVERIFIED)
         bad = engine.gate(s.step, signals)
-        if observation.ok and not bad:
+        if observation.ok:  # tool data even when the step raised a signal: a long output's ends, say
             ws.add_fact(f"{action} -> {observation.output}")
         if bad and s.step < ep.bound:  # with no step left, a repair or a lesson would go unused
             s.undecided = Undecided(bad[0], action, observation.shown(), _facts(observation, s, action, tools),
@@ -241,13 +245,16 @@ def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation
 
 
 def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:
-    """The step's action: a queued rule repair or forced action, else the model's choice."""
+    """The step's action: a queued rule repair or forced action, else the model's choice. On the last step,
+    with facts in hand, the model may only answer: no step is left to read a tool's output."""
     if s.queued is not None:
         queued, s.queued = s.queued, None
         return queued
-    answer_now, s.answer_now = s.answer_now, False
-    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, answer_now=answer_now),
-                        schema=prompts.answer_schema() if answer_now else schema, max_tokens=256)
+    repeated, s.answer_now = s.answer_now, False
+    last = s.step == ep.bound and bool(s.workspace.facts)  # a tool called now could never be read
+    note = prompts.ANSWER_NOW if repeated else prompts.LAST_STEP if last else ""
+    reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, note=note),
+                        schema=prompts.answer_schema() if note else schema, max_tokens=256)
     if reply is None:
         return None
     if reply.value is not None:
@@ -304,9 +311,10 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
             key = prompts.describe_action(failed.tool, failed.args)
             s.retries[key] = s.retries.get(key, 0) + 1
             aio.sleep(repair.delay)  # under aio.run, the other sessions go on meanwhile
-            s.queued = Chosen(failed, "(rule: retry after a pause)")
+            s.queued = Chosen(failed, "(rule: retry after a pause)", repairs=key)
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
-            s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)")
+            s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)",
+                              repairs=prompts.describe_action(failed.tool, failed.args))
     if repair is not None and repair.kind == "answer" and isinstance(failed, ToolCall):
         s.answer_now = True
         s.answer_asked.append(prompts.describe_action(failed.tool, failed.args))

@@ -22,6 +22,7 @@ SYSTEM = (
     f"{FINAL} with args {{\"answer\": ...}}.\n\nTools:\n"
 )
 ANSWER_NOW = "Your last call repeated an earlier one, so its result is already above. Give the final answer now."
+LAST_STEP = "This is your last step, so no tool output can be read after it. Give the final answer now."
 
 
 def action_schema(registry: ToolRegistry) -> dict[str, Any]:
@@ -66,9 +67,10 @@ def answer_schema() -> dict[str, Any]:
     return action_schema(ToolRegistry([]))
 
 
-def messages(registry: ToolRegistry, workspace: Workspace, *, answer_now: bool = False) -> list[Message]:
+def messages(registry: ToolRegistry, workspace: Workspace, *, note: str = "") -> list[Message]:
+    """The step's prompt; `note` (ANSWER_NOW, LAST_STEP) ends it when only a final answer may follow."""
     tools = registry.describe() + f"\n- {FINAL}(answer: string): give the final answer"
-    user = workspace.render() + (f"\n\n{ANSWER_NOW}" if answer_now else "")
+    user = workspace.render() + (f"\n\n{note}" if note else "")
     return [{"role": "system", "content": SYSTEM + tools}, {"role": "user", "content": user}]
 
 

@@ -42,8 +42,11 @@ class Workspace:
         if fact and fact not in self.facts:
             self.facts = [*self.facts, fact][-FACT_CARDS:]
 
-    def add_step(self, step: dict[str, Any]) -> None:
-        self.window = [*self.window, step][-WINDOW:]
+    def add_step(self, step: dict[str, Any], *, fixes: str = "") -> None:
+        """A step enters the window. One that fixed an earlier failure (`fixes` names the failed action)
+        replaces it: a small model that still sees "database is busy" after the retry worked waits again."""
+        kept = [s for s in self.window if not fixes or s["action"] != fixes]
+        self.window = [*kept, step][-WINDOW:]
 
     def apply(self, lesson: Lesson) -> None:
         """A lesson's correction becomes a policy slot; a force_action control becomes the next action."""
