@@ -116,13 +116,9 @@ def _check_backend(spec: str | None) -> None:
 def _check_not_an_input(results: Path, store: str, inputs: list[Path]) -> None:
     """The results file must not be a file the batch reads (a task's tests or database) or its trace store
     (with its -wal and -shm): rows appended to it would break it."""
-    from ..trace.open import sqlite_path
-    from ..trace.sqlite import store_files
+    from ..trace.open import trace_files
 
-    taken = {path.resolve() for path in inputs}
-    if (store_file := sqlite_path(store)) is not None:
-        taken |= store_files(store_file)
-    if results.resolve() in taken:
+    if results.resolve() in {path.resolve() for path in inputs} | trace_files(store):
         raise ConfigError(f"--out names a file the batch reads or writes: {results}", hint="give --out another file")
 
 

@@ -92,12 +92,10 @@ def check_not_an_input(out: Path, *, trace: str | None = None, **inputs: Path | 
             same = False
         if same:
             raise ConfigError(f"--out would overwrite the --{flag} file: {given}", hint="give --out another file")
-    from ..trace.open import sqlite_path
-    from ..trace.sqlite import store_files
+    from ..trace.open import trace_files
 
-    store = sqlite_path(trace)
-    if store is not None and out in store_files(store):
-        raise ConfigError(f"--out would overwrite the trace store: {store.resolve()}", hint="give --out another file")
+    if out in trace_files(trace):
+        raise ConfigError(f"--out would overwrite the trace store: {out}", hint="give --out another file")
 
 
 def where_best_goes(out: Path, *, passed: bool, existed: bool) -> Path:

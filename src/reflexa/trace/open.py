@@ -44,3 +44,14 @@ def sqlite_path(target: str | Path | None = None) -> Path | None:
     from .sqlite import default_path
 
     return Path(target) if target else default_path()
+
+
+def trace_files(target: str | Path | None = None) -> set[Path]:
+    """The files, resolved, of the SQLite store `target` names (see sqlite_path): the database and its -wal
+    and -shm. None for a PostgreSQL URL."""
+    path = sqlite_path(target)
+    if path is None:
+        return set()
+    from .sqlite import store_files
+
+    return store_files(path)
