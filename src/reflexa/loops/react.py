@@ -307,17 +307,16 @@ def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) 
     """Carry out the engine's decision for the next step: queue a rule repair, apply a lesson."""
     repair = outcome.repair
     if repair is not None and isinstance(failed, ToolCall):
+        text = prompts.describe_action(failed.tool, failed.args)  # as the trace and the window name the call
         if repair.kind == "retry":
-            key = prompts.describe_action(failed.tool, failed.args)
-            s.retries[key] = s.retries.get(key, 0) + 1
+            s.retries[text] = s.retries.get(text, 0) + 1
             aio.sleep(repair.delay)  # under aio.run, the other sessions go on meanwhile
-            s.queued = Chosen(failed, "(rule: retry after a pause)", repairs=key)
+            s.queued = Chosen(failed, "(rule: retry after a pause)", repairs=text)
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
-            s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)",
-                              repairs=prompts.describe_action(failed.tool, failed.args))
-    if repair is not None and repair.kind == "answer" and isinstance(failed, ToolCall):
-        s.answer_now = True
-        s.answer_asked.append(prompts.describe_action(failed.tool, failed.args))
+            s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)", repairs=text)
+        elif repair.kind == "answer":
+            s.answer_now = True
+            s.answer_asked.append(text)
     if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
         page = failed.page + 1 if isinstance(failed, PageAction) else 1
         s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")
