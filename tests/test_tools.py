@@ -167,7 +167,11 @@ def test_sql_tools_read_only_by_default(shop):
     assert "customers" in registry.call("list_tables", {}).output
     assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
     rows = registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"})
-    assert rows.output.splitlines() == ["n", "400"]
+    assert rows.output.splitlines() == ["n", "400"]  # one row: nothing to count
+    many = registry.call("query", {"sql": "SELECT id FROM orders WHERE id <= 3"}).output.splitlines()
+    assert many == ["id", "1", "2", "3", "(3 rows)"]  # counted, since a model counting lines miscounts
+    cut = registry.call("query", {"sql": "SELECT id FROM orders"}).output.splitlines()
+    assert len(cut) == 1 + 200 + 1 and cut[-1] == "... 200 of 400 rows shown"
     # A write sent to the reading tool is a wrong call the agent can follow with a SELECT, not a stop.
     write = registry.call("query", {"sql": "DELETE FROM orders"})
     assert write.code is ErrorCode.INVALID_ARGUMENT and "open read-only" in write.message
@@ -217,6 +221,13 @@ def test_sql_names_what_exists_when_nothing_is_close(shop):
     assert "is a value of products.name" in filtered.message and filtered.suggestion is None  # more than one reading
     column = session.call("query", {"sql": "SELECT count(*) FROM orders WHERE CANCELLED = 1"})
     assert "'CANCELLED' is a value of orders.status: filter on it, WHERE status = 'cancelled'" in column.message
+    assert column.suggestion is None  # a filter already: which rows it meant is a guess
+    # A stored value selected as if it were a column of the table that holds it: its rows, by rule.
+    selected = session.call("query", {"sql": "SELECT cancelled FROM orders"})
+    assert selected.suggestion == {"sql": """SELECT * FROM "orders" WHERE "status" = 'cancelled'"""}
+    assert session.call("query", selected.suggestion).output.endswith("| cancelled\n(41 rows)")
+    elsewhere = session.call("query", {"sql": "SELECT cancelled FROM customers"})
+    assert "is a value of orders.status" in elsewhere.message and elsewhere.suggestion is None
     # After a failed write too: the scan runs on a read-only connection of its own, under the query timeout.
     written = ToolSession(ToolRegistry(sql_tools(shop, write=True))).call("execute", {"sql": "DELETE FROM tent"})
     assert "'tent' is a value of products.name" in written.message

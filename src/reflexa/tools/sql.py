@@ -7,6 +7,7 @@ typo by rule, with no model call.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 import sqlite3
 import time
@@ -23,12 +24,14 @@ PROGRESS_STEPS = 10_000
 """SQLite virtual-machine steps between two looks at the clock (a fraction of a millisecond)."""
 MAX_ROWS = 200
 """Rows a query returns at most; the rest is reported as a count."""
+MAX_COUNTED = 100_000
+"""Rows past MAX_ROWS counted at most for that report: a bound on a huge result's cost."""
 EQUALS_TEXT = re.compile(r"\b(\w+)\s*=\s*'([^']*)'")
 MAX_FILTER_NOTES = 3
 """Text filters checked per query, at most."""
 PLAIN_SELECT = re.compile(r"\s*SELECT\s+(.+?)\s+FROM\s+[\"`\[]?(\w+)[\"`\]]?\s*;?\s*", re.IGNORECASE | re.DOTALL)
-"""A query that selects from one table and does nothing else: the only shape whose unknown table, when it is
-a stored value, is rewritten into a filter by rule."""
+"""A query that selects from one table and does nothing else: the only shape whose unknown table or selected
+column, when it is a stored value, is rewritten into a filter by rule."""
 MAX_HOLDER_COLUMNS = 50
 """Text columns searched for an unknown table or column name that is really a stored value ("tent")."""
 MAX_DISTINCT = 5000
@@ -105,10 +108,14 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                     # database can say where it is, which no model can guess from the schema alone.
                     table, column, stored = holder
                     message += f"; {wrong!r} is a value of {table}.{column}: filter on it, WHERE {column} = {stored!r}"
-                    if kind == "table" and (plain := PLAIN_SELECT.fullmatch(sql)) and plain[2] == wrong:
+                    literal = stored.replace("'", "''")
+                    plain = PLAIN_SELECT.fullmatch(sql)  # a filter, join or grouping has more readings than one
+                    if plain and kind == "table" and plain[2] == wrong:
                         # `SELECT price FROM tent` has one reading: the rows whose value it named.
-                        literal = stored.replace("'", "''")
                         suggestion = {"sql": f'SELECT {plain[1]} FROM "{table}" WHERE "{column}" = \'{literal}\''}
+                    elif plain and kind == "column" and plain[1].strip(' "`[]') == wrong and plain[2] == table:
+                        # `SELECT cancelled FROM orders` has one too: the rows of that table holding it.
+                        suggestion = {"sql": f'SELECT * FROM "{table}" WHERE "{column}" = \'{literal}\''}
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(code, message, suggestion=suggestion)
@@ -156,6 +163,8 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 cursor = conn.execute(sql)
                 header = [d[0] for d in cursor.description or []]
                 rows = cursor.fetchmany(MAX_ROWS + 1)
+                # A row count, since a model counting rows by eye miscounts: the rest is counted, never held.
+                total = len(rows) + sum(1 for _ in itertools.islice(cursor, MAX_COUNTED))
             except sqlite3.Error as exc:
                 if "interrupted" in str(exc):
                     raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped") \
@@ -170,8 +179,11 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 raise error from None
             unmatched = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
-        if len(rows) > MAX_ROWS:
-            lines.append(f"... more than {MAX_ROWS} rows")
+        if total > MAX_ROWS:
+            more = "more than " if total == MAX_ROWS + 1 + MAX_COUNTED else ""
+            lines.append(f"... {MAX_ROWS} of {more}{total} rows shown")
+        elif total > 1:
+            lines.append(f"({total} rows)")
         misses = [f"no row has {column} = {value!r}"
                   + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
                   for column, value, close in unmatched]
