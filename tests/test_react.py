@@ -425,6 +425,21 @@ def test_the_last_step_may_only_answer_once_facts_are_known():
     assert alone.schemas[0] != prompts.answer_schema()
 
 
+def test_a_repair_queued_for_the_last_step_gives_way_to_the_answer():
+    """A page (or a retry) on the last step would be read by no one: with the cut output's ends already a
+    fact, the model is asked for the answer instead."""
+    @tool(max_chars=50)
+    def dump() -> str:
+        return "-- noise " + "x" * 100 + " total=7"
+
+    model = ScriptedModel([act("dump"), final("7")])
+    store = MemoryStore()
+    result = react("q", [dump], validator=accept, session=Session(model=model, store=store), max_steps=2)
+    actions = [s.payload().action for s in store.steps(result.run_id) if s.kind == "react"]
+    assert result.passed and actions == ["dump({})", 'final_answer({"answer": "7"})']
+    assert model.prompts[1][-1]["content"].endswith(prompts.LAST_STEP)
+
+
 class Crash(BaseException):
     """Stands in for the process being killed."""
 

@@ -246,12 +246,14 @@ def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation
 
 def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:
     """The step's action: a queued rule repair or forced action, else the model's choice. On the last step,
-    with facts in hand, the model may only answer: no step is left to read a tool's output."""
+    with facts in hand, the model may only answer: no step is left to read a tool's output, so a queued
+    tool call (a retry, a page) gives way too."""
+    last = s.step == ep.bound and bool(s.workspace.facts)  # a tool called now could never be read
     if s.queued is not None:
         queued, s.queued = s.queued, None
-        return queued
+        if not last or isinstance(queued.action, FinalAnswer):
+            return queued
     repeated, s.answer_now = s.answer_now, False
-    last = s.step == ep.bound and bool(s.workspace.facts)  # a tool called now could never be read
     note = prompts.ANSWER_NOW if repeated else prompts.LAST_STEP if last else ""
     reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, note=note),
                         schema=prompts.answer_schema() if note else schema, max_tokens=256)
