@@ -162,7 +162,9 @@ def test_reserved_and_unknown_tool_names():
     assert ToolSession(ToolRegistry([])).call("(page)", {}).code is ErrorCode.SCHEMA
 
 
-def test_sql_tools_read_only_by_default(shop):
+def test_sql_tools_read_only_by_default(shop, monkeypatch):
+    from reflexa.tools import sql as sql_module
+
     registry = ToolSession(ToolRegistry(sql_tools(shop)))
     assert "customers" in registry.call("list_tables", {}).output
     assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
@@ -172,6 +174,9 @@ def test_sql_tools_read_only_by_default(shop):
     assert many == ["id", "1", "2", "3", "(3 rows)"]  # counted, since a model counting lines miscounts
     cut = registry.call("query", {"sql": "SELECT id FROM orders"}).output.splitlines()
     assert len(cut) == 1 + 200 + 1 and cut[-1] == "... 200 of 400 rows shown"
+    monkeypatch.setattr(sql_module, "MAX_COUNTED", 50)  # a huge result: counting stops, and says so
+    huge = registry.call("query", {"sql": "SELECT id FROM orders"}).output
+    assert huge.endswith("... 200 of at least 251 rows shown")
     # A write sent to the reading tool is a wrong call the agent can follow with a SELECT, not a stop.
     write = registry.call("query", {"sql": "DELETE FROM orders"})
     assert write.code is ErrorCode.INVALID_ARGUMENT and "open read-only" in write.message

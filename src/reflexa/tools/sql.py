@@ -180,8 +180,8 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             unmatched = unmatched_values(conn, sql)
         lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
         if total > MAX_ROWS:
-            more = "more than " if total == MAX_ROWS + 1 + MAX_COUNTED else ""
-            lines.append(f"... {MAX_ROWS} of {more}{total} rows shown")
+            bound = "at least " if total == MAX_ROWS + 1 + MAX_COUNTED else ""  # counting stopped there
+            lines.append(f"... {MAX_ROWS} of {bound}{total} rows shown")
         elif total > 1:
             lines.append(f"({total} rows)")
         misses = [f"no row has {column} = {value!r}"
