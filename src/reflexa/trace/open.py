@@ -48,7 +48,7 @@ def sqlite_path(target: str | Path | None = None) -> Path | None:
 
 def trace_files(target: str | Path | None = None) -> set[Path]:
     """The files, resolved, of the SQLite store `target` names (see sqlite_path): the database and its -wal
-    and -shm. None for a PostgreSQL URL."""
+    and -shm. An empty set for a PostgreSQL URL, which names no file."""
     path = sqlite_path(target)
     if path is None:
         return set()
