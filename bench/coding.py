@@ -3,7 +3,9 @@
 Strategies, side by side on the same problems and the same model:
   single    one attempt: reflexa's generator prompt, no retry (refine with max_attempts=1)
   refine    reflexa `refine`: up to 3 attempts, test signals, the reflection engine
-            (variants: refine-full, refine-noexplain, refine-sample: a failed revision is followed by a
+            (variants: refine-full, refine-latest and refine-feedback (the context strategies: every earlier
+            attempt; the latest candidate and its feedback; the task and the feedback without the code),
+            refine-noexplain, refine-sample: a failed revision is followed by a
             fresh sampled attempt; refine-qa: the reflector's prompt opens with a QA-engineer role line and
             asks for a defect report, the A/B the seeds report raised root-cause accuracy)
   n1        the cookbook evaluator-optimizer: an LLM judge answers a free-text verdict and feedback, the
@@ -139,9 +141,11 @@ def reflector_role(line: str) -> Iterator[None]:
 
 def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
     started = time.monotonic()
-    if name in ("single", "refine", "refine-full", "refine-noexplain", "refine-sample", "refine-qa"):
+    if name in ("single", "refine", "refine-full", "refine-latest", "refine-feedback", "refine-noexplain",
+                "refine-sample", "refine-qa"):
         attempts = 1 if name == "single" else ATTEMPTS
-        options = {"refine-full": {"context": "full"}, "refine-noexplain": {"explain": False},
+        options = {"refine-full": {"context": "full"}, "refine-latest": {"context": "latest"},
+                   "refine-feedback": {"context": "feedback"}, "refine-noexplain": {"explain": False},
                    "refine-sample": {"resample": "revision"}}.get(name, {})
         store = MemoryStore()
         with reflector_role(QA_ROLE if name == "refine-qa" else ""):

@@ -75,7 +75,7 @@ def test_fail_restarts_from_the_task_plus_lessons():
 
 def test_needs_improvement_revises_the_latest_candidate():
     model = ScriptedModel([answer("one"), LESSON, answer("good")])
-    result = refine("the task", [Expect("good", score=0.5)], session=Session(model=model))
+    result = refine("the task", [Expect("good", score=0.5)], context="latest", session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     prompt = model.prompts[2]
     assert prompt[0] == model.prompts[0][0]  # the revision continues the first conversation: a shared prefix
@@ -129,7 +129,7 @@ def test_same_failure_fingerprint_twice_stops_with_no_progress():
 def test_a_revision_that_undoes_the_previous_one_is_flagged():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("one"), LESSON])
     store = MemoryStore()
-    result = refine("task", [Expect("good")], session=Session(model=model, store=store))
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store), resample="stall")
     assert result.stop_reason is StopReason.MAX_ITERATIONS
     flags = [s for s in store.steps(result.run_id) if s.kind == "flag"]
     assert len(flags) == 1 and "undoes" in flags[0].output["why"]
@@ -141,9 +141,10 @@ def test_max_iterations_defaults_to_three_and_keeps_the_best():
             scores = {"low": 0.3, "high": 0.5, "mid": 0.4}
             return Signal("s", False, ErrorCode.TEST_FAILED, f"too {candidate}", score=scores[candidate])
 
-    model = ScriptedModel([answer("low"), LESSON, answer("high"), LESSON, answer("mid"), LESSON])
+    # By default a failed revision is followed by a sampled fresh attempt, which is shown no lesson: none is bought.
+    model = ScriptedModel([answer("low"), LESSON, answer("high"), answer("mid")])
     result = refine("task", [Scored("x")], session=Session(model=model))
-    assert result.stop_reason is StopReason.MAX_ITERATIONS
+    assert result.stop_reason is StopReason.MAX_ITERATIONS and model.calls == 4
     assert result.iterations == 3 and result.output == "mid" and result.best == "high"
 
 
@@ -239,9 +240,23 @@ def test_model_error_stops_with_error_and_keeps_best_so_far():
 
 def test_full_history_strategy_shows_every_attempt():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("good")])
-    refine("task", [Expect("good")], context="full", session=Session(model=model))
+    refine("task", [Expect("good")], context="full", resample="stall", session=Session(model=model))
     third = json.dumps(model.prompts[4])
     assert "```\\none\\n```" in third and "```\\ntwo\\n```" in third
+
+
+def test_feedback_strategy_shows_how_the_attempt_failed_but_not_its_code():
+    model = ScriptedModel([answer("one"), LESSON, answer("good")])
+    result = refine("task", [Expect("good")], context="feedback", session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED
+    (retry,) = model.prompts[2]  # one message: the task and the failure, no conversation
+    assert retry["content"].startswith("task") and "wanted good, got one" in retry["content"]
+    assert "output for one" in retry["content"] and "```\none\n```" not in retry["content"]
+
+
+def test_an_unknown_context_strategy_is_refused():
+    with pytest.raises(ConfigError, match="feedback, latest, full"):
+        refine("task", [Expect("good")], context="weird", session=Session(model=ScriptedModel([])))  # type: ignore[arg-type]
 
 
 def test_full_history_strategy_starts_fresh_after_a_fail():
@@ -254,7 +269,7 @@ def test_a_sampled_fresh_attempt_leaves_out_the_lesson_its_revision_was_given():
     # Measured on MBPP: with the revision's lesson in its prompt, the sampled attempt converted 1 of 22 first-
     # attempt failures; without it, 8.
     for resample, script in (("stall", [answer("one"), LESSON, answer("one"), answer("good")]),
-                             ("revision", [answer("one"), LESSON, answer("two"), LESSON, answer("good")])):
+                             ("revision", [answer("one"), LESSON, answer("two"), answer("good")])):
         model = ScriptedModel(script)
         result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5, resample=resample)
         fresh = model.prompts[-1]
@@ -297,10 +312,10 @@ def test_refine_without_checks_is_a_config_error():
 
 
 def test_resample_after_every_failed_revision():
-    model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("good")])
+    model = ScriptedModel([answer("one"), LESSON, answer("two"), answer("good")])
     result = refine("task", [Expect("good")], session=Session(model=model), resample="revision")
-    assert result.passed and model.calls == 5
-    assert len(model.prompts[4]) == 1  # the third attempt starts fresh from the task: it is sampled, not revised
+    assert result.passed and model.calls == 4 and result.counters["reflector_calls"] == 1
+    assert model.prompts[3] == [{"role": "user", "content": "task"}]  # sampled fresh from the task, no lesson
 
 
 def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
@@ -327,7 +342,7 @@ def test_a_checkpoint_stays_bounded_when_every_attempt_is_reflected_on():
                                                   "root_cause": f"wrong {word}", "correction": f"try {word}"}]
     store = MemoryStore()
     result = refine("task", [fresh], budget=Budget(max_reflections=len(words)), max_attempts=len(words),
-                    session=Session(model=ScriptedModel(replies), store=store))
+                    resample="stall", session=Session(model=ScriptedModel(replies), store=store))
     reflected = [s.output["engine"]["reflected"] for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.counters["reflector_calls"] > REMEMBERED
     assert max(len(r) for r in reflected) == REMEMBERED  # the newest only, not one more per reflection

@@ -43,7 +43,7 @@ CASES = [
     (["refine", "--task", "t", "--tests", "tests.py", "--timeout", "inf"], "timeout"),
     (["refine", "--task", "   ", "--tests", "tests.py"], "empty"),
     (["refine", "--task", "t"], "nothing to check"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--context", "some"], "latest or full"),
+    (["refine", "--task", "t", "--tests", "tests.py", "--context", "some"], "feedback, latest, full"),
     (["react", "q", "--db", "notdb.sqlite"], "not an SQLite database"),
     (["react", "q", "--db", "adir"], "database not found"),
     (["react", "q", "--db", "missing.sqlite"], "database not found"),

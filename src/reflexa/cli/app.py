@@ -192,7 +192,7 @@ def refine(
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
-    context: Annotated[str, typer.Option(help="What the generator sees when revising: latest or full.")] = "latest",
+    context: Annotated[str, typer.Option(help="What the generator sees when revising: feedback, latest or full.")] = "feedback",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
     as_json: JsonOpt = False,
@@ -203,13 +203,14 @@ def refine(
 ) -> None:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     with clean_errors():
+        from ..loops.refine import CONTEXTS
         from ..loops.refine import refine as run_refine
         from ..types import Budget
 
         out_mode = output(as_json, jsonl, quiet, verbose)
 
-        if context not in ("latest", "full"):
-            raise ConfigError(f"--context must be latest or full, not {context!r}")
+        if context not in CONTEXTS:
+            raise ConfigError(f"--context must be one of {', '.join(CONTEXTS)}, not {context!r}")
         if out is not None and check is not None and (out.is_absolute() or ".." in out.parts):
             raise ConfigError(f"--out must be a path inside this directory for --check (relative, no ..), got {out}")
         target = check_out(out, force=force_out) if out is not None else None

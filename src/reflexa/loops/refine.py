@@ -16,10 +16,13 @@ from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopR
 from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
-ContextStrategy = Literal["latest", "full"]
+ContextStrategy = Literal["feedback", "latest", "full"]
+CONTEXTS: tuple[ContextStrategy, ...] = ("feedback", "latest", "full")
 Resample = Literal["off", "stall", "revision"]
-"""When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself
-(the default); or also after every revision that still fails."""
+"""When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself;
+or also after every revision that still fails (the default). On Qwen2.5-Coder-0.5B the two retries convert
+different problems: a greedy revision told how the attempt failed (HumanEval), a sampled fresh attempt
+(MBPP); bench/retry_ab.py measures both."""
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
@@ -97,9 +100,9 @@ class RefineState(Serial):
 
 
 def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
-           max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "latest", explain: bool = True,
+           max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback", explain: bool = True,
            lessons: Sequence[Lesson] = (), max_tokens: int = 512, temperature: float = 0.0,
-           resample: Resample = "stall", family: str = "refine", meta: dict[str, Any] | None = None,
+           resample: Resample = "revision", family: str = "refine", meta: dict[str, Any] | None = None,
            resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
     a spent budget.
@@ -107,18 +110,19 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     The checks decide PASS, NEEDS_IMPROVEMENT (revise the latest candidate with its feedback) or FAIL
     (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
     with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
-    otherwise, or when the quota is spent, the raw signals are the feedback. `context` "latest" shows the
-    generator the latest candidate and feedback to revise; "full" every earlier attempt (a fresh start
-    shows the task and the lessons under either). `lessons` are carried in
-    from earlier trials. With `resample` "stall", a revision that repeats itself gets one fresh attempt
-    sampled at RESAMPLE_TEMPERATURE before the run stops NO_PROGRESS; with "revision", so does every failed
-    revision. The session's governor may cut retries for a `family` of tasks where they have not paid.
+    otherwise, or when the quota is spent, the raw signals are the feedback. `context` says what a revision
+    sees: "feedback" (the default) the task and how the latest candidate failed, without its code (a small
+    model shown its failed code copies it); "latest" that candidate and its feedback, to revise; "full"
+    every earlier attempt (a fresh start shows the task and the lessons under each). `lessons` are carried in
+    from earlier trials. With `resample` "revision" (the default), a failed revision is followed by a fresh
+    attempt sampled at RESAMPLE_TEMPERATURE, and no lesson is bought for it (it would not be shown one);
+    with "stall", only a revision that repeats itself is, once, before the run stops NO_PROGRESS. The session's governor may cut retries for a `family` of tasks where they have not paid.
     `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
-    if context not in ("latest", "full"):
-        raise ConfigError(f"context must be latest or full, not {context!r}")
+    if context not in CONTEXTS:
+        raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}")
     state = RefineState(task, list(lessons))
 
     def body(ep: Episode, s: RefineState) -> Stop:
@@ -172,6 +176,13 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             break  # no attempt left to use a lesson: reflecting now would waste tokens
         failure = verdict.failing[0]
         evidence = _evidence(verdict)
+        if revised and resample == "revision" and verdict.status is not Status.FAIL:
+            # Revising once did not do it: a fresh, sampled attempt follows, and it is not shown a revision's
+            # lesson (see RESAMPLE_TEMPERATURE), so none is bought.
+            s.history += [(candidate, f"{verdict.feedback}\n{evidence}")] if context == "full" else []
+            s.revising, s.sample_next = None, True
+            ep.checkpoint(s)
+            continue
         outcome = engine.handle(failure, goal=s.task, facts=[], action=candidate, snippet=evidence,
                                 rule_facts=Facts(retryable=False))
         if outcome.stop is not None:
@@ -183,8 +194,6 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if verdict.status is Status.FAIL:
             s.lessons = [*s.lessons, lesson][-MAX_LESSONS:]
             s.revising = None
-        elif revised and resample == "revision":  # revising once did not do it: a fresh, sampled attempt
-            s.revising, s.sample_next = None, True
         else:
             s.revising = (candidate, feedback)
         ep.checkpoint(s)

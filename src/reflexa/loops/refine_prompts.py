@@ -11,6 +11,7 @@ from ..structured import Message
 from ..types import Lesson
 
 REVISE = "Write a corrected, complete answer in one fenced code block."
+RETRY = "An earlier answer failed its check:"
 
 _FENCE = re.compile(r"(`{3,})(?:[\w+-]*\n)?(.*?)\1(?!`)", re.DOTALL)
 """A fenced block, closed by a fence as long as the one that opened it: a markdown answer in a ```` fence
@@ -49,6 +50,12 @@ def revise(task: str, lessons: list[Lesson], candidate: str, feedback: str) -> l
             {"role": "user", "content": f"Checking it failed:\n{feedback}\n\n{REVISE}"}]
 
 
+def retry(task: str, lessons: list[Lesson], feedback: str) -> list[Message]:
+    """Start again from the task, told how the latest candidate failed its checks but not shown its code
+    (the `feedback` context strategy): a small model shown its failed code copies it (bench/retry_ab.py)."""
+    return [{"role": "user", "content": f"{task}{_lessons(lessons)}\n\n{RETRY}\n{feedback}"}]
+
+
 def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]]) -> list[Message]:
     """Every earlier attempt with its feedback, as a conversation (the `full` context strategy)."""
     messages: list[Message] = fresh(task, lessons)
@@ -60,11 +67,13 @@ def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]
 
 def messages(task: str, lessons: list[Lesson], revising: tuple[str, str] | None,
              history: list[tuple[str, str]], context: str) -> list[Message]:
-    """The generator's prompt for the next attempt: a revision shows every earlier attempt (`full`) or the
-    latest one; a fresh start (after a FAIL, or a sampled attempt) shows the task and the lessons, whatever
-    the context strategy."""
+    """The generator's prompt for the next attempt: a revision shows how the latest candidate failed
+    (`feedback`), that candidate too (`latest`) or every earlier attempt (`full`); a fresh start (after a
+    FAIL, or a sampled attempt) shows the task and the lessons, whatever the context strategy."""
     if revising is None:
         return fresh(task, lessons)
+    if context == "feedback":
+        return retry(task, lessons, revising[1])
     if context == "full" and history:
         return full_history(task, lessons, history)
     return revise(task, lessons, *revising)
