@@ -192,7 +192,8 @@ def refine(
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget.")] = None,
     max_seconds: Annotated[float | None, typer.Option(min=0.1, help="Wall-clock budget.")] = None,
-    context: Annotated[str, typer.Option(help="What the generator sees when revising: feedback, latest or full.")] = "feedback",
+    context: Annotated[str, typer.Option(
+        help="What the generator sees when revising: feedback, latest or full.")] = "feedback",
     explain: Annotated[bool, typer.Option(help="Let the model turn failing signals into a lesson.")] = True,
     timeout: Annotated[float, typer.Option(min=0.1, max=3600, help="Seconds each check may run.")] = 10.0,
     as_json: JsonOpt = False,
