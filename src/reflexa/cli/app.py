@@ -226,7 +226,7 @@ def refine(
         session, tracker = session_for(model, trace, out_mode)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
         result = run_cli(session, tracker, lambda: run_refine(text, checks, session=session, budget=budget,
-                                                              max_attempts=max_attempts, context=context,  # type: ignore[arg-type]
+                                                              max_attempts=max_attempts, context=context,
                                                               explain=explain, meta={"cli": cli}), out_mode)
         if target is not None and out is not None:
             _write_best(result, target, out, existed=existed, out_mode=out_mode)

@@ -140,21 +140,11 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
     while s.attempts < ep.bound:
-        sampled, s.sample_next = s.sample_next, False
         revised = s.revising is not None
-        attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
-        reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
-                         max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
-        if reply is None:
+        tried = _attempt(ep, s, checks, check_context, context, max_tokens, temperature)
+        if tried is None:
             return Stop(run.budget_stop or StopReason.ERROR)
-        plan_text, candidate = prompts.split_reply(reply.text)
-        s.attempts, s.recent = s.attempts + 1, [*s.recent[1 - RECENT:], candidate]
-        run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
-                   started_at=attempt_at)
-        run.status("running checks")
-        checked_at = time.time()  # the verdict step spans the checks: a trace (and a tracer) shows their time
-        verdict = run_checks(checks, candidate, check_context)
-        run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
+        candidate, verdict = tried
         if s.attempts == 1:
             s.first_attempt_tokens = run.meter.total.total_tokens
         if s.best is None or verdict.better_than(s.best[1]):
@@ -199,6 +189,28 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.revising = (candidate, feedback)
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context: CheckContext,
+             context: ContextStrategy, max_tokens: int, temperature: float) -> tuple[str, Verdict] | None:
+    """One attempt, recorded and checked: the candidate and its verdict, or None when the model call was
+    refused (a spent budget) or failed."""
+    run = ep.run
+    sampled, s.sample_next = s.sample_next, False
+    attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
+    reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
+                     max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
+    if reply is None:
+        return None
+    plan_text, candidate = prompts.split_reply(reply.text)
+    s.attempts, s.recent = s.attempts + 1, [*s.recent[1 - RECENT:], candidate]
+    run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
+               started_at=attempt_at)
+    run.status("running checks")
+    checked_at = time.time()  # the verdict step spans the checks: a trace (and a tracer) shows their time
+    verdict = run_checks(checks, candidate, check_context)
+    run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
+    return candidate, verdict
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:
