@@ -188,7 +188,7 @@ def test_reflector_prompts_script_counts_kept_lessons(tmp_path):
         name, subjective = "check", False
 
         def run(self, candidate, context):
-            return Signal("check", False, ErrorCode.TEST_FAILED, "assert f() == 2 failed: got 3")
+            return Signal("check", False, ErrorCode.TEST_FAILED, "AssertionError: f() returned 3, not 2")
 
     db = tmp_path / "t.db"
     lesson = {"failure_step": "f", "observed_mismatch": "got 3", "root_cause": "off by one", "correction": "return 2"}

@@ -28,7 +28,14 @@ def sig(code, message="boom"):
          "retry"),
         (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "429 Too Many Requests"), Facts(retries_before=1),
          Decision.RULE, "retry"),
+        # A failing assert that names the returned value says what a lesson would: revise with it.
+        (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
+         Decision.RULE, "revise"),
         # Ambiguous cases go to reflection, never to a rule:
+        (Signal("check", False, ErrorCode.TEST_FAILED, "IndexError: list index out of range at `f([])`"),
+         Facts(retryable=False), Decision.REFLECT, None),
+        (Signal("check", False, ErrorCode.TEST_FAILED, "1 of 2 tests failed: assert [1] == [2]"),
+         Facts(retryable=False), Decision.REFLECT, None),
         (sig(ErrorCode.NOT_FOUND), Facts(), Decision.REFLECT, None),
         (sig(ErrorCode.SCHEMA), Facts(), Decision.REFLECT, None),
         (sig(ErrorCode.TIMEOUT), Facts(retries_before=1), Decision.REFLECT, None),

@@ -24,6 +24,11 @@ TRANSIENT = re.compile(r"\b(busy|(database|table|file|resource) is locked|try (a
 """A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
 pause is the textbook repair, and asking a model why costs more than the retry. A bare number is no such
 sign ("no customer with id 503"), nor is "locked" alone ("account is locked by policy")."""
+NAMES_THE_RESULT = " failed: got "
+"""How the test harness words a failing assert: its source (the call and the expected value) and the value
+the code returned. Such a failure says all a lesson could: on Qwen2.5-Coder-0.5B a reflector's lesson on it
+converted no more HumanEval problems than the signal alone (37 of 40 both) for 1.3x the tokens per solved
+problem (bench/results/humaneval-49a54f1-rows.jsonl), so it is repaired by rule: revise with the signal."""
 
 
 class Decision(StrEnum):
@@ -95,6 +100,9 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("answer"))
     if code is ErrorCode.GAP:
         return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
+    if code is ErrorCode.TEST_FAILED and NAMES_THE_RESULT in signal.message:
+        return Classification(Decision.RULE, "a failing assert names the expected and the returned value: "
+                              "revise with it", Repair("revise"))
     if code is ErrorCode.UNCITED:
         return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
     return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")
