@@ -416,3 +416,20 @@ def test_a_lesson_with_every_field_at_its_cap_fits_the_reflector_s_reply():
     result = refine("task", [Expect("good")], session=Session(model=model))
     assert result.passed and result.counters["lessons_discarded"] == 0
     assert full["correction"][:100] in model.prompts[2][-1]["content"]
+
+
+def test_a_failing_assert_that_names_the_returned_value_is_revised_without_a_reflector_call():
+    class Harness:
+        name, subjective = "tests", False
+
+        def run(self, candidate, context):
+            if candidate.strip() == "good":
+                return Signal(self.name, True, score=1.0)
+            return Signal(self.name, False, ErrorCode.TEST_FAILED,
+                          f"AssertionError: assert f(2) == 3 failed: got {candidate.strip()}")
+
+    model = ScriptedModel([answer("one"), answer("good")])  # no lesson scripted: a reflector call would fail
+    result = refine("the task", [Harness()], session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED and model.calls == 2
+    assert result.counters["reflector_calls"] == 0 and result.counters["rule_repairs"] == 1
+    assert "failed: got one" in model.prompts[1][-1]["content"]
