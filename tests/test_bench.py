@@ -201,3 +201,23 @@ def test_reflector_prompts_script_counts_kept_lessons(tmp_path):
     rows = [json.loads(line) for line in out.splitlines()]
     assert rows[0]["landed"][0] == "kept" and rows[0]["nohatch"][0] == "discarded"
     assert rows[-1] == {"prompts": 1, "kept": {"landed": 1, "nohatch": 0}}
+
+
+def test_recheck_merges_a_recheck_into_the_full_run_and_refuses_rows_that_could_move(tmp_path):
+    def row(strategy, id, passed, calls=1, stop="PASSED", first=None):
+        return {"strategy": strategy, "id": id, "first_passed": passed if first is None else first, "passed": passed,
+                "visible_passed": passed, "tokens": 100 * calls, "calls": calls, "attempts": calls, "seconds": 1.0,
+                "stop": stop}
+
+    def write(stem, rows):
+        (tmp_path / f"{stem}-rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("full", [row("single", "a", True), row("single", "b", False), row("refine", "a", True),
+                   row("refine", "b", False, calls=3, stop="NO_PROGRESS")])
+    write("re", [row("refine", "b", True, calls=2, first=False)])
+    args = ("bench/recheck.py", "--full", "full", "--recheck", "re", "--results", str(tmp_path))
+    merged = json.loads(run(*args))["strategies"]["refine"]
+    assert merged["solved"] == 2 and merged["fail_to_pass"] == 1 and merged["calls_per_problem"] == 1.5
+    write("re", [])  # b was not rechecked, and its full-run row (3 calls) could move
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "could move" in out.stderr
