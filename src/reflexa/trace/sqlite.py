@@ -35,8 +35,11 @@ from .store import (
     trace_env,
 )
 
-BUSY_TIMEOUT_MS = 5000
-"""How long a writer waits for another process's lock before failing."""
+BUSY_TIMEOUT_MS = 30_000
+"""How long a writer waits for another process's lock before failing. SQLite's busy handler polls with
+growing sleeps, so under contention a writer can lose the lock to others for seconds: with 5 s, one of 32
+processes writing at once on two cores failed "database is locked" in a clean-clone CI run
+(tests/reliability/test_concurrent_store.py). A run waiting is better than a run lost."""
 OPEN_ATTEMPTS = 4
 """Opening (WAL switch, migrations) is retried this many times when the file stays locked."""
 
