@@ -226,6 +226,11 @@ def test_python_script_check_names_the_actual_value():
     wrong = check.run("def has_close_elements(xs, t):\n    return t < 0.5\n", CheckContext())
     assert wrong.code is ErrorCode.TEST_FAILED and wrong.score is None  # ran, but wrong: revise
     assert "assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True failed: got False" in wrong.message
+    # The classifier knows this wording (reflect.classify.NAMES_THE_RESULT): the harness is standalone and
+    # cannot import it, so this pins the two together.
+    from reflexa.reflect import Decision, classify
+
+    assert classify(wrong).decision is Decision.RULE
 
 
 @pytest.mark.parametrize("tests,expected", [

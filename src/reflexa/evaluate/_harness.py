@@ -224,7 +224,7 @@ def _describe(text: str, got: object, message: object = None) -> str:
         shown = _REPR.repr(got)
     except BaseException:  # a hostile __repr__ must not hide the failure
         shown = f"<unprintable {type(got).__name__}>"
-    out = f"assert {text} failed: got {shown}"
+    out = f"assert {text} failed: got {shown}"  # the classifier's NAMES_THE_RESULT: a rule, no reflector call
     if message is not None:
         try:
             out += f" ({message})"
