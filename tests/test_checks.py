@@ -231,6 +231,9 @@ def test_python_script_check_names_the_actual_value():
     from reflexa.reflect import Decision, classify
 
     assert classify(wrong).decision is Decision.RULE
+    crash = check.run("def has_close_elements(xs, t):\n    return xs[9] < t\n", CheckContext())
+    assert crash.message.startswith("IndexError: list index out of range at `"), crash.message
+    assert classify(crash).decision is Decision.RULE  # and its wording is reflect.classify.LOCATES_THE_CRASH
 
 
 @pytest.mark.parametrize("tests,expected", [

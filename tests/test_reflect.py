@@ -31,8 +31,14 @@ def sig(code, message="boom"):
         # A failing assert that names the returned value says what a lesson would: revise with it.
         (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
          Decision.RULE, "revise"),
+        # So does a crash that names its exception and the line it was raised at.
+        (Signal("check", False, ErrorCode.TEST_FAILED,
+                "IndexError: list index out of range at `solution.py:3: return xs[0]`"), Facts(retryable=False),
+         Decision.RULE, "revise"),
         # Ambiguous cases go to reflection, never to a rule:
         (Signal("check", False, ErrorCode.TEST_FAILED, "IndexError: list index out of range at `f([])`"),
+         Facts(retryable=False), Decision.REFLECT, None),
+        (Signal("check", False, ErrorCode.TEST_FAILED, "AssertionError at `tests.py:1: assert f(1) == 0 == 0`"),
          Facts(retryable=False), Decision.REFLECT, None),
         (Signal("check", False, ErrorCode.TEST_FAILED, "1 of 2 tests failed: assert [1] == [2]"),
          Facts(retryable=False), Decision.REFLECT, None),

@@ -249,7 +249,7 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
                       score=0.0)
     text = f"{error}: {message}" if message else error
     if where and not message.startswith("assert "):
-        text += f" at `{where}`"
+        text += f" at `{where}`"  # the classifier's LOCATES_THE_CRASH: a crash so worded is revised by rule
     # An AssertionError means the code ran and was wrong somewhere (revise); anything else means wrong
     # direction (restart): a syntax error, a crash at import, a crash inside the tests.
     return Signal(source, False, ErrorCode.TEST_FAILED, cap(text, 400), evidence,

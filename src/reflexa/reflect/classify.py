@@ -29,6 +29,12 @@ NAMES_THE_RESULT = " failed: got "
 the code returned. Such a failure says all a lesson could: on Qwen2.5-Coder-0.5B a reflector's lesson on it
 converted no more HumanEval problems than the signal alone (37 of 40 both) for 1.3x the tokens per solved
 problem (bench/results/humaneval-49a54f1-rows.jsonl), so it is repaired by rule: revise with the signal."""
+LOCATES_THE_CRASH = re.compile(r"\A(?!AssertionError\b)\w+(: [\s\S]*)? at `[^`\n]+:\d+: ")
+"""How the test harness words a crash: the exception, its message and the line of code it was raised at
+(`IndexError: list index out of range at `solution.py:3: return xs[0]``). Like a failing assert that names
+the returned value, it says what a lesson would, and on Qwen2.5-Coder-0.5B a lesson on it converted nothing
+the signal alone did not (bench/results/humaneval-wall-d1077a7-rows.jsonl: HumanEval/10 and /32 spent
+three reflector calls). A bare AssertionError at a line names no value: it still goes to reflection."""
 
 
 class Decision(StrEnum):
@@ -103,6 +109,9 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
     if code is ErrorCode.TEST_FAILED and NAMES_THE_RESULT in signal.message:
         return Classification(Decision.RULE, "a failing assert names the expected and the returned value: "
                               "revise with it", Repair("revise"))
+    if code is ErrorCode.TEST_FAILED and LOCATES_THE_CRASH.match(signal.message):
+        return Classification(Decision.RULE, "a crash names its exception and line: revise with it",
+                              Repair("revise"))
     if code is ErrorCode.UNCITED:
         return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
     return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")
