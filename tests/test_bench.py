@@ -103,6 +103,16 @@ def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
     assert len((tmp_path / "humaneval-rows.jsonl").read_text().splitlines()) == 4
 
 
+def test_coding_bench_alternates_the_strategies_order_problem_by_problem(tmp_path):
+    spec = coding_replies(tmp_path, "def f():\n    return 0")
+    run("bench/humaneval.py", "--model", spec, "--problems", "3", "--strategies", "single,n2",
+        "--results", str(tmp_path))
+    rows = [json.loads(line) for line in (tmp_path / "humaneval-rows.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["strategy"]) for r in rows] == [
+        ("HumanEval/0", "single"), ("HumanEval/0", "n2"), ("HumanEval/1", "n2"), ("HumanEval/1", "single"),
+        ("HumanEval/2", "single"), ("HumanEval/2", "n2")]
+
+
 def test_mbpp_script_scores_hidden_tests(tmp_path):
     data = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp-py-dev.jsonl"
     if not data.is_file():
