@@ -33,8 +33,9 @@ LOCATES_THE_CRASH = re.compile(r"\A(?!AssertionError\b)\w+(: [\s\S]*)? at `[^`\n
 """How the test harness words a crash: the exception, its message and the line of code it was raised at
 (`IndexError: list index out of range at `solution.py:3: return xs[0]``). Like a failing assert that names
 the returned value, it says what a lesson would, and on Qwen2.5-Coder-0.5B a lesson on it converted nothing
-the signal alone did not (bench/results/humaneval-wall-d1077a7-rows.jsonl: HumanEval/10 and /32 spent
-three reflector calls). A bare AssertionError at a line names no value: it still goes to reflection."""
+the signal alone did not (bench/results/humaneval-wall-d1077a7-rows.jsonl: 4 reflector calls on HumanEval/9,
+/10 and /32; reflection off solves the same). A bare AssertionError at a line names no value: it still goes
+to reflection."""
 
 
 class Decision(StrEnum):
