@@ -13,6 +13,8 @@ F1 does not change; only which passages are cited does. Rules:
   top-K        the same, then only the K passages holding most of those words
   half         a passage must hold at least half of the words the answer adds
   restating    an answer that adds no word to the question (and is no yes/no) cites nothing
+  distinct-N   only the added words that at most N of the shown passages hold count (a wrong answer's
+               words are often common ones: "film", "Germany")
 The replay is an estimate: in a live run a rule's cut can change the audit, and so the next revision.
 """
 
@@ -35,12 +37,16 @@ from reflexa.search import Evidence
 Rule = Callable[[str, list[int], list[Evidence], str], str]
 
 
-def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bool = False) -> Rule:
+def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bool = False,
+         distinct: int | None = None) -> Rule:
     """A variant of `with_citations` (the landed rule is rule() and gives its results)."""
 
     def apply(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
         words = content_words(_CITE.sub(" ", answer))
         added = words - content_words(question) - _YES_NO
+        if distinct is not None:
+            texts = [content_words(f"{e.title} {e.snippet}") for e in evidence]
+            added = {w for w in added if sum(w in t for t in texts) <= distinct}
 
         def held(n: int) -> tuple[int, int]:
             text = content_words(f"{evidence[n - 1].title} {evidence[n - 1].snippet}")
@@ -73,6 +79,9 @@ RULES: dict[str, Rule] = {
     "restating": rule(restating_cites_nothing=True),
     "restating, top-1": rule(top=1, restating_cites_nothing=True),
     "restating, top-2": rule(top=2, restating_cites_nothing=True),
+    "distinct-1, restating": rule(distinct=1, restating_cites_nothing=True),
+    "distinct-2, restating": rule(distinct=2, restating_cites_nothing=True),
+    "distinct-2, rest., top-2": rule(distinct=2, top=2, restating_cites_nothing=True),
 }
 
 
@@ -116,7 +125,7 @@ def main() -> None:
             g, m, t = citation_scores(evidence, answer, rows[question])
             good, made, gold = good + g, made + m, gold + t
         precision = f"{good / made:.2f} ({good} / {made})" if made else "no citations"
-        print(f"  {name:18s} precision {precision:16s} recall {good / gold:.2f}")
+        print(f"  {name:24s} precision {precision:16s} recall {good / gold:.2f}")
 
 
 if __name__ == "__main__":
