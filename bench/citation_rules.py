@@ -44,13 +44,12 @@ def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bo
     def apply(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
         words = content_words(_CITE.sub(" ", answer))
         added = words - content_words(question) - _YES_NO
+        texts = [content_words(f"{e.title} {e.snippet}") for e in evidence]
         if distinct is not None:
-            texts = [content_words(f"{e.title} {e.snippet}") for e in evidence]
             added = {w for w in added if sum(w in t for t in texts) <= distinct}
 
         def held(n: int) -> tuple[int, int]:
-            text = content_words(f"{evidence[n - 1].title} {evidence[n - 1].snippet}")
-            return len(added & text), len(words & text)
+            return len(added & texts[n - 1]), len(words & texts[n - 1])
 
         def supports(n: int) -> bool:
             if not added:
