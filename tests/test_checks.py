@@ -226,14 +226,20 @@ def test_python_script_check_names_the_actual_value():
     wrong = check.run("def has_close_elements(xs, t):\n    return t < 0.5\n", CheckContext())
     assert wrong.code is ErrorCode.TEST_FAILED and wrong.score is None  # ran, but wrong: revise
     assert "assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True failed: got False" in wrong.message
-    # The classifier knows this wording (reflect.classify.NAMES_THE_RESULT): the harness is standalone and
-    # cannot import it, so this pins the two together.
-    from reflexa.reflect import Decision, classify
-
-    assert classify(wrong).decision is Decision.RULE
+    assert wrong.pinpointed  # names the value: the classifier revises with it by rule
     crash = check.run("def has_close_elements(xs, t):\n    return xs[9] < t\n", CheckContext())
-    assert crash.message.startswith("IndexError: list index out of range at `"), crash.message
-    assert classify(crash).decision is Decision.RULE  # and its wording is reflect.classify.LOCATES_THE_CRASH
+    assert crash.message.startswith("IndexError: list index out of range at `candidate.py:2: return xs[9] < t`")
+    assert crash.pinpointed, crash.message  # names the crash's line
+    # Neither is a failure that names no value: the candidate's own bare assert, an unrewritten chained
+    # assert, an AssertionError the candidate raises with the harness's wording, a syntax error.
+    for code, tests in [
+        ("def has_close_elements(xs, t):\n    assert not xs\n", None),
+        ("def has_close_elements(xs, t):\n    return 1\n", "assert has_close_elements([], 1) == 0 == 0\n"),
+        ("def has_close_elements(xs, t):\n    raise AssertionError('assert x failed: got 1')\n", None),
+        ("def has_close_elements(xs, t)\n    return 1\n", None),
+    ]:
+        signal = (PythonScriptCheck(tests) if tests else check).run(code, CheckContext())
+        assert signal.code is ErrorCode.TEST_FAILED and not signal.pinpointed, signal
 
 
 @pytest.mark.parametrize("tests,expected", [

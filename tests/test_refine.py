@@ -418,15 +418,15 @@ def test_a_lesson_with_every_field_at_its_cap_fits_the_reflector_s_reply():
     assert full["correction"][:100] in model.prompts[2][-1]["content"]
 
 
-def test_a_failing_assert_that_names_the_returned_value_is_revised_without_a_reflector_call():
-    class Harness:
+def test_a_pinpointed_failing_test_is_revised_without_a_reflector_call():
+    class Harness:  # says its failure names the value returned, as the code test harness does
         name, subjective = "tests", False
 
         def run(self, candidate, context):
             if candidate.strip() == "good":
                 return Signal(self.name, True, score=1.0)
             return Signal(self.name, False, ErrorCode.TEST_FAILED,
-                          f"AssertionError: assert f(2) == 3 failed: got {candidate.strip()}")
+                          f"AssertionError: assert f(2) == 3 failed: got {candidate.strip()}", pinpointed=True)
 
     model = ScriptedModel([answer("one"), answer("good")])  # no lesson scripted: a reflector call would fail
     result = refine("the task", [Harness()], session=Session(model=model))

@@ -28,17 +28,14 @@ def sig(code, message="boom"):
          "retry"),
         (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "429 Too Many Requests"), Facts(retries_before=1),
          Decision.RULE, "retry"),
-        # A failing assert that names the returned value says what a lesson would: revise with it.
-        (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
-         Decision.RULE, "revise"),
-        # So does a crash that names its exception and the line it was raised at.
-        (Signal("check", False, ErrorCode.TEST_FAILED,
-                "IndexError: list index out of range at `solution.py:3: return xs[0]`"), Facts(retryable=False),
-         Decision.RULE, "revise"),
+        # A failing test whose signal names its cause (the value returned, a crash's line) says what a lesson
+        # would: revise with it. The check says so, not the wording.
+        (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4", pinpointed=True),
+         Facts(retryable=False), Decision.RULE, "revise"),
         # Ambiguous cases go to reflection, never to a rule:
-        (Signal("check", False, ErrorCode.TEST_FAILED, "IndexError: list index out of range at `f([])`"),
-         Facts(retryable=False), Decision.REFLECT, None),
-        (Signal("check", False, ErrorCode.TEST_FAILED, "AssertionError at `tests.py:1: assert f(1) == 0 == 0`"),
+        (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
+         Decision.REFLECT, None),
+        (Signal("check", False, ErrorCode.VALIDATION_FAILED, "wrong answer", pinpointed=True),
          Facts(retryable=False), Decision.REFLECT, None),
         (Signal("check", False, ErrorCode.TEST_FAILED, "1 of 2 tests failed: assert [1] == [2]"),
          Facts(retryable=False), Decision.REFLECT, None),

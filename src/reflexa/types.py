@@ -101,6 +101,10 @@ class Signal:
     evidence: str = ""
     score: float | None = None
     subjective: bool = False
+    pinpointed: bool = False
+    """The message names the failure's concrete cause (the value a failing assert got, or a crash's exception
+    and the line it was raised at), so it says what a lesson would: a failing test so marked is revised with
+    the signal by rule, with no reflector call. The code test harness sets it; a custom check may too."""
 
     @property
     def fingerprint(self) -> str:

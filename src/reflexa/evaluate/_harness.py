@@ -218,19 +218,23 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxtuple = 200, 200, 20, 2
 _REPR.maxdict, _REPR.maxset, _REPR.maxlevel = 10, 10, 4
 
 
+class _Described(str):
+    """A failing assert's message that names the value the candidate returned (the report says so)."""
+
+
 def _describe(text: str, got: object, message: object = None) -> str:
     """The message of a rewritten assert: its source, and the value the candidate actually returned."""
     try:
         shown = _REPR.repr(got)
     except BaseException:  # a hostile __repr__ must not hide the failure
         shown = f"<unprintable {type(got).__name__}>"
-    out = f"assert {text} failed: got {shown}"  # the classifier's NAMES_THE_RESULT: a rule, no reflector call
+    out = f"assert {text} failed: got {shown}"
     if message is not None:
         try:
             out += f" ({message})"
         except BaseException:
             pass
-    return out[:_MESSAGE_CHARS]
+    return _Described(out[:_MESSAGE_CHARS])
 
 
 class _Rewrite(ast.NodeTransformer):
@@ -312,8 +316,12 @@ def run_script(finish: Finish, candidate_file: str, tests_file: str) -> NoReturn
             message = _short(exc)
         except BaseException:
             message = "<unprintable>"
+        try:  # a rewritten assert failed: its message names the value the candidate returned
+            got = isinstance(exc, AssertionError) and type(exc.args[0]) is _Described
+        except BaseException:
+            got = False
         finish({"finished": False, "stage": stage, "ran": True, "error": type(exc).__name__,
-                "message": message, "where": _where(tb, (candidate_file, tests_file))}, 1)
+                "message": message, "got": got, "where": _where(tb, (candidate_file, tests_file))}, 1)
     finish({"finished": True}, 0)
 
 

@@ -249,11 +249,14 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
                       score=0.0)
     text = f"{error}: {message}" if message else error
     if where and not message.startswith("assert "):
-        text += f" at `{where}`"  # the classifier's LOCATES_THE_CRASH: a crash so worded is revised by rule
+        text += f" at `{where}`"
+    # Pinpointed: the message names the value a failing assert got, or a crash's line (a bare
+    # AssertionError names neither); unless the cap cut it off.
+    pinpointed = (bool(report.get("got")) if error == "AssertionError" else bool(where)) and len(text) <= 400
     # An AssertionError means the code ran and was wrong somewhere (revise); anything else means wrong
     # direction (restart): a syntax error, a crash at import, a crash inside the tests.
     return Signal(source, False, ErrorCode.TEST_FAILED, cap(text, 400), evidence,
-                  score=None if error == "AssertionError" else 0.0)
+                  score=None if error == "AssertionError" else 0.0, pinpointed=pinpointed)
 
 
 def _crash_score(output: str) -> float | None:

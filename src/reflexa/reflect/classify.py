@@ -24,20 +24,6 @@ TRANSIENT = re.compile(r"\b(busy|(database|table|file|resource) is locked|try (a
 """A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
 pause is the textbook repair, and asking a model why costs more than the retry. A bare number is no such
 sign ("no customer with id 503"), nor is "locked" alone ("account is locked by policy")."""
-NAMES_THE_RESULT = " failed: got "
-"""How the test harness words a failing assert: its source (the call and the expected value) and the value
-the code returned. Such a failure says all a lesson could: on Qwen2.5-Coder-0.5B a reflector's lesson on it
-converted no more HumanEval problems than the signal alone (37 of 40 both) for 1.3x the tokens per solved
-problem (bench/results/humaneval-49a54f1-rows.jsonl), so it is repaired by rule: revise with the signal."""
-LOCATES_THE_CRASH = re.compile(r"\A(?!AssertionError\b)\w+(: [\s\S]*)? at `[^`\n]+:\d+: ")
-"""How the test harness words a crash: the exception, its message and the line of code it was raised at
-(`IndexError: list index out of range at `solution.py:3: return xs[0]``). Like a failing assert that names
-the returned value, it says what a lesson would, and on Qwen2.5-Coder-0.5B a lesson on it converted nothing
-the signal alone did not (bench/results/humaneval-wall-d1077a7-rows.jsonl: 4 reflector calls on HumanEval/9,
-/10 and /32; reflection off solves the same). A bare AssertionError at a line names no value: it still goes
-to reflection."""
-
-
 class Decision(StrEnum):
     RULE = "rule"
     UNRECOVERABLE = "unrecoverable"
@@ -107,12 +93,13 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("answer"))
     if code is ErrorCode.GAP:
         return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
-    if code is ErrorCode.TEST_FAILED and NAMES_THE_RESULT in signal.message:
-        return Classification(Decision.RULE, "a failing assert names the expected and the returned value: "
-                              "revise with it", Repair("revise"))
-    if code is ErrorCode.TEST_FAILED and LOCATES_THE_CRASH.match(signal.message):
-        return Classification(Decision.RULE, "a crash names its exception and line: revise with it",
-                              Repair("revise"))
+    if code is ErrorCode.TEST_FAILED and signal.pinpointed:
+        # Such a signal says what a lesson would. On Qwen2.5-Coder-0.5B a lesson on a failing assert that
+        # names the value converted no more HumanEval problems than the signal alone (37 of 40 both) for
+        # 1.3x the tokens per solved problem (bench/results/humaneval-49a54f1-rows.jsonl), and 4 lessons on
+        # crashes converted nothing (humaneval-wall-d1077a7-rows.jsonl: HumanEval/9, /10, /32).
+        return Classification(Decision.RULE, "the failure names its cause (the value returned, or the crash's "
+                              "line): revise with it", Repair("revise"))
     if code is ErrorCode.UNCITED:
         return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
     return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")
