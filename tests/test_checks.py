@@ -231,9 +231,11 @@ def test_python_script_check_names_the_actual_value():
     assert crash.message.startswith("IndexError: list index out of range at `candidate.py:2: return xs[9] < t`")
     assert crash.pinpointed, crash.message  # names the crash's line
     # Neither is a failure that names no value: the candidate's own bare assert, an unrewritten chained
-    # assert, an AssertionError the candidate raises with the harness's wording, a syntax error.
+    # assert, an AssertionError the candidate raises with the harness's wording, a syntax error; nor a
+    # crash whose line the message's cap cut off.
     for code, tests in [
         ("def has_close_elements(xs, t):\n    assert not xs\n", None),
+        ("def has_close_elements(xs, t):\n    raise ValueError('x' * 500)\n", None),
         ("def has_close_elements(xs, t):\n    return 1\n", "assert has_close_elements([], 1) == 0 == 0\n"),
         ("def has_close_elements(xs, t):\n    raise AssertionError('assert x failed: got 1')\n", None),
         ("def has_close_elements(xs, t)\n    return 1\n", None),

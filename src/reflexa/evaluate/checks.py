@@ -250,12 +250,16 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
     text = f"{error}: {message}" if message else error
     if where and not message.startswith("assert "):
         text += f" at `{where}`"
-    # Pinpointed: the message names the value a failing assert got, or a crash's line (a bare
-    # AssertionError names neither); unless the cap cut it off.
-    pinpointed = (bool(report.get("got")) if error == "AssertionError" else bool(where)) and len(text) <= 400
+    text = cap(text, 400)
+    # Pinpointed: the message names the value a failing assert got, or a crash's file and line (a bare
+    # AssertionError names neither), and the cap left that part in.
+    if error == "AssertionError":
+        pinpointed = bool(report.get("got")) and " failed: got " in text
+    else:
+        pinpointed = bool(where) and f" at `{where.split(': ', 1)[0]}: " in text
     # An AssertionError means the code ran and was wrong somewhere (revise); anything else means wrong
     # direction (restart): a syntax error, a crash at import, a crash inside the tests.
-    return Signal(source, False, ErrorCode.TEST_FAILED, cap(text, 400), evidence,
+    return Signal(source, False, ErrorCode.TEST_FAILED, text, evidence,
                   score=None if error == "AssertionError" else 0.0, pinpointed=pinpointed)
 
 
