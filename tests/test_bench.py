@@ -231,3 +231,19 @@ def test_recheck_merges_a_recheck_into_the_full_run_and_refuses_rows_that_could_
     write("re", [])  # b was not rechecked, and its full-run row (3 calls) could move
     out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "could move" in out.stderr
+
+
+def test_lesson_probe_tells_the_reflector_from_the_attempt(tmp_path):
+    wrong = "def rolling_max(numbers):\n    return numbers[1:]"
+    right = ("def rolling_max(numbers):\n    out = []\n    for n in numbers:\n"
+             "        out.append(n if not out else max(out[-1], n))\n    return out")
+    vacuous = {"failure_step": "x", "observed_mismatch": "2 != 1", "root_cause": "insufficient evidence",
+               "correction": "check the list"}
+    replies = tmp_path / "r.json"
+    # The first attempt, the reflector's discarded lesson, the attempt with refine's lesson, with the written one.
+    replies.write_text(json.dumps([f"```python\n{wrong}\n```", vacuous, f"```python\n{wrong}\n```",
+                                   f"```python\n{right}\n```"]))
+    out = run("bench/lesson_probe.py", "--model", f"scripted:{replies}").splitlines()
+    assert out[0].startswith("1. first attempt: FAIL") and out[1] == "2. reflector: discarded (insufficient evidence)"
+    assert out[2].startswith("3. next attempt, refine's lesson: FAIL (the first attempt again)")
+    assert out[3] == "4. next attempt, the written lesson: PASS: 4 passed"

@@ -12,7 +12,7 @@ from ..evaluate.checks import Check, CheckContext, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..runtime import Stop
-from ..types import Budget, Lesson, Payload, Result, Role, Serial, Status, StopReason, Verdict, data, payload
+from ..types import Budget, Lesson, Payload, Result, Role, Serial, Signal, Status, StopReason, Verdict, data, payload
 from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
@@ -178,8 +178,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
                                 rule_facts=Facts(retryable=False))
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
-        lesson = outcome.lesson or Lesson(f"attempt {s.attempts}", failure.message,
-                                          failure.code or "check failed", f"make {failure.source} pass")
+        lesson = outcome.lesson or signal_lesson(s.attempts, failure)
         feedback = f"{verdict.feedback}\n{evidence}\n{lesson.render()}"
         s.history += [(candidate, feedback)] if context == "full" else []  # only `full` shows them
         if verdict.status is Status.FAIL:
@@ -211,6 +210,12 @@ def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context
     verdict = run_checks(checks, candidate, check_context)
     run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
     return candidate, verdict
+
+
+def signal_lesson(attempt: int, failure: Signal) -> Lesson:
+    """The lesson an attempt gets when the engine keeps none (no reflection, or a lesson discarded): the
+    failure itself."""
+    return Lesson(f"attempt {attempt}", failure.message, failure.code or "check failed", f"make {failure.source} pass")
 
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:
