@@ -165,5 +165,6 @@ def score(apply: Rule, runs: list[tuple[str, list[dict], dict | None, str]],
         good, made, gold = good + g, made + m, gold + t
     return good, made, gold
 
+
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ import argparse
 from pathlib import Path
 
 from reflexa import Budget, CheckContext, PytestCheck, resolve_model
+from reflexa.evaluate.checks import run_checks
 from reflexa.loops.refine import _evidence, signal_lesson
 from reflexa.loops.refine_prompts import fresh, split_reply
 from reflexa.reflect.reflector import reflect
@@ -50,8 +51,7 @@ def attempt(run: Run, task: str, lessons: list[Lesson], check: PytestCheck) -> t
     if reply is None:
         raise SystemExit("the model call failed")
     candidate = split_reply(reply.text)[1]
-    signal = check.run(candidate, CheckContext(task))
-    return candidate, Verdict(Status.PASS if signal.ok else Status.FAIL, (signal,))
+    return candidate, run_checks([check], candidate, CheckContext(task))
 
 
 def main() -> None:
@@ -71,7 +71,7 @@ def main() -> None:
     print(f"1. first attempt: {'PASS' if verdict.status is Status.PASS else 'FAIL'}: {verdict.signals[0].message}")
     if verdict.status is Status.PASS:
         return
-    failure = verdict.signals[0]
+    failure = verdict.failing[0]
     lesson, why = reflect(asked, goal=task, facts=[], failing_action=candidate, signal=failure,
                           snippet=_evidence(verdict))
     print(f"2. reflector ({asked.model.name}): {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")
