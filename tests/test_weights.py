@@ -206,12 +206,20 @@ def test_two_processes_at_once_build_one_correct_file(fake, tmp_path):
 def test_inventory_lists_the_named_models_without_hashing(monkeypatch):
     monkeypatch.setattr(weights, "sha256_of", lambda *_: pytest.fail("a listing must not hash"))
     rows = {row.name: row for row in weights.inventory()}
-    assert {"qwen", "smollm2"} <= set(rows)
+    assert {"qwen", "qwen1.5b", "smollm2"} <= set(rows)
+    assert rows["qwen1.5b"].spec == "local:qwen1.5b" and rows["qwen1.5b"].size == 1_117_320_768
     assert rows["qwen"].spec == "local" and rows["qwen"].default and rows["qwen"].size == 491_400_064
     assert rows["smollm2"].spec == "local:smollm2"
     assert rows["qwen"].state in ("not assembled", "not installed")  # the test's cache starts empty
 
 
-def test_the_pinned_qwen_parts_add_up():
-    assert sum(p.size for p in named.QWEN.parts) == named.QWEN.size
-    assert [p.file for p in named.QWEN.parts] == [f"data/part{n:02d}.bin" for n in range(1, 7)]
+@pytest.mark.parametrize(("model", "extra", "count"), [(named.QWEN, "qwen", 6), (named.QWEN_1_5B, "qwen15b", 22)])
+def test_the_pinned_parts_add_up_and_their_extra_installs_exactly_them(model, extra, count):
+    import tomllib
+
+    assert sum(p.size for p in model.parts) == model.size
+    assert [p.file for p in model.parts] == [f"data/part{n:02d}.bin" for n in range(1, count + 1)]
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    pins = pyproject["project"]["optional-dependencies"][extra]
+    assert [pin.split("==")[0].replace("-", "_") for pin in pins] == [p.package for p in model.parts]
+    assert f"[local,{extra}]" in model.install_hint
