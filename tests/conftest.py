@@ -14,7 +14,8 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.setenv("REFLEXA_CACHE_DIR", str(home / "cache" / "reflexa"))
     monkeypatch.setenv("REFLEXA_TRACE", str(home / "trace.db"))
-    for name in ("REFLEXA_MODEL", "REFLEXA_THREADS", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
+    for name in ("REFLEXA_MODEL", "REFLEXA_REFLECTOR_MODEL", "REFLEXA_THREADS", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                 "ANTHROPIC_API_KEY",
                  # telemetry switches: a developer's collector must not receive the tests' spans
                  "REFLEXA_OTEL", "REFLEXA_METRICS", "OTEL_EXPORTER_OTLP_ENDPOINT",
                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):

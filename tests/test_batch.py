@@ -354,3 +354,22 @@ def test_ctrl_c_leaves_whole_results_and_a_rerun_finishes(tmp_path, executor):
     assert second.returncode == 0, err
     assert sorted(r["key"] for r in rows(results)) == sorted(f"t{i}" for i in range(12))
     assert runs_per_task(trace, json.loads(out)["batch"]) == {f"t{i}": 1 for i in range(12)}
+
+
+def test_every_task_of_a_batch_reflects_on_the_reflector_model(tmp_path):
+    """--reflector-model reaches every worker: the tasks' own replies hold no lesson, so a reflector call
+    that went to them would fail the task. An unknown reflector backend is refused before any task runs."""
+    model = replies(tmp_path, "gen.json", [BAD, GOOD])
+    reflector = replies(tmp_path, "ref.json", [LESSON])
+    path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(2)])
+    trace = str(tmp_path / "trace.db")
+    result = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "--reflector-model", reflector,
+                                      "--no-experience", "--json", "--trace", trace])
+    assert result.exit_code == 0 and json.loads(result.output)["passed"] == 2, result.output
+    store = open_store(trace)
+    runs = [r for r in store.runs(100) if r.meta.get("batch")]
+    assert len(runs) == 2 and all(r.meta["reflector_model_spec"] == reflector for r in runs)
+    assert all(r.result["usage"]["reflector"]["calls"] == 1 for r in runs)
+    store.close()
+    with pytest.raises(ConfigError, match="no backend 'nosuch'"):
+        run_batch(path, "refine", store=trace, model=model, reflector_model="nosuch:x")

@@ -320,3 +320,39 @@ def test_a_blank_reflexa_trace_is_unset_not_a_file_named_blank(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "  ").exists()
     assert (Path(os.environ["XDG_DATA_HOME"]) / "reflexa" / "trace.db").is_file()
+
+
+def test_reflector_model_flag_environment_and_resume(tmp_path, monkeypatch):
+    """--reflector-model sends the reflector's calls to their own model (the generator's replies hold no
+    lesson, so a reflector call that reached it would fail the run); '' overrides a configured reflector;
+    a resumed run gets the reflector it started with."""
+    from reflexa import Budget, SQLiteStore, resolve_model
+    from reflexa.runtime import Run
+
+    def spec(name, *items):
+        (tmp_path / name).write_text(json.dumps(list(items)))
+        return f"scripted:{tmp_path / name}"
+
+    tests = str(EXAMPLE / "test_solution.py")
+    done = invoke("refine", "--task", str(EXAMPLE / "task.md"), "--tests", tests, "--json",
+                  "--model", spec("gen.json", WRONG, RIGHT), "--reflector-model", spec("ref.json", LESSON))
+    data = json.loads(done.output)
+    assert data["stop_reason"] == "PASSED" and data["usage"]["reflector"]["calls"] == 1, done.output
+    shown = json.loads(invoke("show", data["run_id"], "--json").output)
+    assert shown["run"]["meta"]["reflector_model_spec"] == f"scripted:{tmp_path / 'ref.json'}"
+
+    monkeypatch.setenv("REFLEXA_REFLECTOR_MODEL", spec("unused.json"))  # an empty queue: a call to it fails
+    own = invoke("refine", "--task", str(EXAMPLE / "task.md"), "--tests", tests, "-q",
+                 "--model", spec("all.json", WRONG, LESSON, RIGHT), "--reflector-model", "")
+    assert own.exit_code == 0 and "PASSED" in own.output, own.output
+    monkeypatch.delenv("REFLEXA_REFLECTOR_MODEL")
+
+    trace = tmp_path / "resume.db"
+    store = SQLiteStore(trace)
+    run = Run("refine", (EXAMPLE / "task.md").read_text(), resolve_model(spec("gen2.json", WRONG, RIGHT)),
+              budget=Budget(), store=store, reflector_model=resolve_model(spec("ref2.json", LESSON)),
+              meta={"bound": 3, "cli": {"tests": tests, "check": None, "out": None, "judge": False,
+                                        "timeout": 10.0, "cwd": str(tmp_path)}})
+    store.release_lease(run.run_id, run.owner)  # the process that started it is gone
+    resumed = invoke("resume", run.run_id[:10], "--trace", str(trace), "--json")
+    assert json.loads(resumed.output)["usage"]["reflector"]["calls"] == 1, resumed.output

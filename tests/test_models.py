@@ -140,3 +140,24 @@ def test_only_a_file_backend_s_target_is_made_an_absolute_path(tmp_path):
     (tmp_path / "r.json").write_text("[]")
     assert absolute_spec("openai:gpt-4o", tmp_path) == "openai:gpt-4o"
     assert absolute_spec("scripted:r.json", tmp_path) == f"scripted:{tmp_path / 'r.json'}"
+
+
+def test_the_reflector_spec_comes_from_the_flag_the_environment_or_a_config_file(tmp_path, monkeypatch):
+    from reflexa.models.config import configured_reflector_spec
+    from reflexa.models.spec import resolve, resolve_reflector
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.json").write_text("[]")
+    assert configured_reflector_spec() is None and resolve_reflector() is None  # the run's model reflects
+    (tmp_path / "reflexa.toml").write_text('reflector_model = "scripted:r.json"\n')
+    assert configured_reflector_spec() == "scripted:r.json"
+    monkeypatch.setenv("REFLEXA_REFLECTOR_MODEL", "local:qwen1.5b")
+    assert configured_reflector_spec() == "local:qwen1.5b"
+    monkeypatch.setenv("REFLEXA_REFLECTOR_MODEL", " ")  # blank is unset: the config file's
+    reflector = resolve_reflector()
+    assert reflector is not None and reflector.spec == f"scripted:{tmp_path / 'r.json'}"
+    assert resolve_reflector("") is None  # an empty flag: the run's own model, whatever is configured
+    generator = resolve("scripted:r.json")
+    assert resolve_reflector("scripted:r.json", generator) is generator  # one model, not loaded twice
+    with pytest.raises(ConfigError, match="no backend"):
+        resolve_reflector("nosuch:model")

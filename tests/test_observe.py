@@ -547,3 +547,31 @@ def test_a_run_sends_no_event_that_no_observer_reads():
     refine_run(fan)
     assert set(sent) == {"run", "step", "finish"}  # no "call" and no "status" were made for nobody
     assert observers(Reads("step"), lambda event, data: None).reads is None  # one that reads all: all are sent
+
+
+def test_a_reflector_on_its_own_model_is_named_on_its_chat_span_and_its_metric_series():
+    """The run's span names the run's model; the reflector's chat span and call series name the model that
+    served it (an HTTP model's span is a CLIENT span, an in-process one's INTERNAL)."""
+    from opentelemetry.trace import SpanKind
+
+    tracing, exporter = memory_tracing()
+    registry = CollectorRegistry()
+    reflector = ScriptedModel([LESSON])
+    reflector.name = "openai:big"
+    session = Session(model=ScriptedModel([REPLY_BAD, REPLY_GOOD]), reflector_model=reflector,
+                      observer=observers(tracing, Metrics(registry)))
+    assert refine("Write add(a, b)", [FailsOnce()], session=session).passed
+    spans = exporter.get_finished_spans()
+    (run,) = [s for s in spans if s.parent is None]
+    assert run.attributes["gen_ai.request.model"] == "scripted"
+    chats = [(s.name, s.attributes["reflexa.role"], s.attributes["gen_ai.provider.name"],
+              s.attributes["gen_ai.request.model"], s.kind) for s in spans if s.name.startswith("chat")]
+    assert chats == [("chat scripted", "generator", "scripted", "scripted", SpanKind.INTERNAL),
+                     ("chat big", "reflector", "openai", "big", SpanKind.CLIENT),
+                     ("chat scripted", "generator", "scripted", "scripted", SpanKind.INTERNAL)]
+    v = metric_values(registry)
+    loop = ("loop", "refine")
+    assert v[("reflexa_model_call_duration_seconds_count", (loop, ("model", "openai:big"), ("role", "reflector")))] == 1
+    assert v[("reflexa_model_call_duration_seconds_count", (loop, ("model", "scripted"), ("role", "generator")))] == 2
+    assert not any(k[0] == "reflexa_model_call_duration_seconds_count" and ("model", "scripted") in k[1]
+                   and ("role", "reflector") in k[1] for k in v)

@@ -433,3 +433,38 @@ def test_a_pinpointed_failing_test_is_revised_without_a_reflector_call():
     assert result.stop_reason is StopReason.PASSED and model.calls == 2
     assert result.counters["reflector_calls"] == 0 and result.counters["rule_repairs"] == 1
     assert "failed: got one" in model.prompts[1][-1]["content"]
+
+
+def test_a_reflector_model_serves_the_reflector_s_calls_and_the_trace_names_it():
+    """A small generator with a larger reflector: the reflector's one call goes to its own model, and the
+    stored step says which model served it; the generator's steps name none (they are the run's model)."""
+    generator = ScriptedModel([answer("one"), answer("good")])  # no lesson scripted: a reflector call would fail
+    reflector = ScriptedModel([LESSON])
+    reflector.name = "scripted:big"
+    store = MemoryStore()
+    result = refine("the task", [Expect("good", score=0.0)],
+                    session=Session(model=generator, reflector_model=reflector, store=store))
+    assert result.stop_reason is StopReason.PASSED
+    assert generator.calls == 2 and reflector.calls == 1
+    assert "return the right value" in generator.prompts[1][-1]["content"]  # its lesson reached the generator
+    assert result.usage["reflector"].calls == 1  # one budget covers both models
+    calls = [(s.role, s.payload().model) for s in store.steps(result.run_id) if s.kind == "model_call"]
+    assert calls == [("generator", None), ("reflector", "scripted:big"), ("generator", None)]
+    meta = store.get_run(result.run_id).meta
+    assert meta["model"] == "scripted" and meta["reflector_model"] == "scripted:big"
+
+
+def test_a_session_given_its_model_reflects_on_it_unless_given_a_reflector(monkeypatch, tmp_path):
+    """$REFLEXA_REFLECTOR_MODEL comes with the configured model; a session given its own model keeps it."""
+    (tmp_path / "gen.json").write_text(json.dumps([answer("one"), answer("good")]))
+    (tmp_path / "ref.json").write_text(json.dumps([LESSON]))
+    monkeypatch.setenv("REFLEXA_MODEL", f"scripted:{tmp_path / 'gen.json'}")
+    monkeypatch.setenv("REFLEXA_REFLECTOR_MODEL", f"scripted:{tmp_path / 'ref.json'}")
+    configured = Session()
+    assert refine("the task", [Expect("good", score=0.0)], session=configured).passed
+    assert configured.model.calls == 2 and configured.reflector_model.calls == 1
+
+    own = ScriptedModel([answer("one"), LESSON, answer("good")])
+    session = Session(model=own)
+    assert refine("the task", [Expect("good", score=0.0)], session=session).passed
+    assert own.calls == 3 and session.reflector_model is None

@@ -72,6 +72,9 @@ class ModelCall(Payload):
     value: Any = None
     error: str | None = None
     finish_reason: str = "stop"
+    model: str | None = None
+    """The name of the model that served the call when it is not the run's own (a reflector on its own
+    model); None is the run's model."""
 
     @property
     def failed(self) -> bool:
@@ -97,15 +100,25 @@ class Stop(Payload):
     error: str | None = None
 
 
+def _reflector_meta(model: Model | None) -> dict[str, str]:
+    """What a run's record says about a reflector on its own model: its name, and its spec for a resume."""
+    if model is None:
+        return {}
+    return {"reflector_model": model.name, **({"reflector_model_spec": model.spec} if model.spec else {})}
+
+
 class Run:
     """A run in progress: its trace, its budget meter and its model calls."""
 
     def __init__(self, loop: str, task: str, model: Model, *, budget: Budget, store: Store | None = None,
                  observer: Observer | None = None, meta: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic, resume: str | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, resume: str | None = None,
+                 reflector_model: Model | None = None) -> None:
         """Start a run, or with `resume=RUN_ID` reopen a stored one: its step numbering and the usage its
-        stored steps already spent carry on; its steps are in `self.resumed_steps`."""
+        stored steps already spent carry on; its steps are in `self.resumed_steps`. `reflector_model`, when
+        given, serves the reflector's calls instead of `model`."""
         self.model = model
+        self.reflector_model = reflector_model if reflector_model is not model else None
         self.loop, self.task, self.resumed = loop, task, resume is not None
         self.meter = Meter(budget, clock)
         self.store: Store = store if store is not None else MemoryStore()
@@ -126,7 +139,7 @@ class Run:
             self.store.start_run(RunRecord(self.run_id, loop, task, started_at=time.time(),
                                            meta={"model": model.name, "budget": budget,
                                                  **({"model_spec": model.spec} if model.spec else {}),
-                                                 **(meta or {})}))
+                                                 **_reflector_meta(self.reflector_model), **(meta or {})}))
             self.store.acquire_lease(self.run_id, self.owner, os.getpid())
             self._leased_at = time.monotonic()
             return
@@ -200,17 +213,21 @@ class Run:
             if observer is not None and getattr(observer, "tokens", True):
                 on_token = lambda text: observer("token", text)  # noqa: E731
             allowed = self.meter.allowance(tokens)
+            model = self.reflector_model if role == Role.REFLECTOR and self.reflector_model else self.model
+            # The serving model's name goes on the step only when it is not the run's own.
+            served_by = model.name if model is not self.model else None
             try:
-                completion = aio.complete(self.model, msgs, schema=schema, max_tokens=allowed,
+                completion = aio.complete(model, msgs, schema=schema, max_tokens=allowed,
                                           temperature=temperature, on_token=on_token)
             except ModelError as exc:
                 # A failed call is a step too, so the trace shows its time and its error (a chat span marked
                 # as failed); the run then ends ERROR as before.
-                self.record(ModelCall("", None, f"{type(exc).__name__}: {exc}"[:500], FAILED_CALL), role,
+                self.record(ModelCall("", None, f"{type(exc).__name__}: {exc}"[:500], FAILED_CALL, served_by), role,
                             input={"messages": msgs}, started_at=started)
                 raise
             self.meter.record(role, completion.usage)
-            self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason),
+            self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason,
+                                  served_by),
                         role, input={"messages": msgs}, usage=completion.usage, started_at=started)
             if allowed < tokens and completion.finish_reason == "length":
                 # Cut off at what the token budget had left, not at the caller's max_tokens: the budget ran

@@ -403,3 +403,16 @@ def test_a_host_that_does_not_resolve_is_named_as_the_problem():
     with pytest.raises(ConfigError, match="cannot listen on nonexistent.invalid") as refused:
         listen("nonexistent.invalid", 0)
     assert "--host" in (refused.value.hint or "")
+
+
+def test_a_call_served_by_the_reflector_s_own_model_names_it(tmp_path):
+    from .scenarios import BAD, LESSON
+
+    path = tmp_path / "trace.db"
+    reflector = ScriptedModel([LESSON])
+    reflector.name = "local:qwen1.5b"
+    result = refine("Write add(a, b) that returns the sum.", [Returns(GOOD)],
+                    session=Session(model=ScriptedModel([answer(BAD), answer(GOOD)]), reflector_model=reflector,
+                                    store=SQLiteStore(path)))
+    html = client_for(path).get(f"/runs/{result.run_id}").text
+    assert html.count("reflector call on local:qwen1.5b") == 1 and "generator call on" not in html

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ReflexaError, RunLeased
-from ..models.spec import absolute_spec
+from ..models.spec import absolute_spec, configured_reflector_spec
 from .results import ResultsFile
 from .schema import TaskLine, read_tasks
 from .worker import BatchConfig, make_row, namespace, run_task, worker_store
@@ -126,7 +126,7 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
               executor: str = "local", address: str | None = None, out: Path | None = None,
               connections: int | None = None, experience: bool = True, governor: bool = False,
               budget: dict[str, Any] | None = None, progress: Callable[[Progress], None] | None = None,
-              max_tasks_per_worker: int | None = None) -> Progress:
+              max_tasks_per_worker: int | None = None, reflector_model: str | None = None) -> Progress:
     """Run every task of a tasks file that the store has no result for; return the final Progress.
 
     `store` is a SQLite path or a postgresql:// URL that every worker opens. Results go to the store and,
@@ -134,6 +134,8 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     local, threads, processes, async (coroutines on one event loop, `reflexa.aio`) or ray (`address` names
     a Ray cluster; default a local Ray).
     `max_tasks_per_worker` replaces a worker process after that many tasks (processes executor).
+    `reflector_model` (default: the configured one, `configured_reflector_spec`) serves every task's
+    reflector calls; None lets each task's model reflect.
     Ctrl-C raises BatchInterrupted once the results so far are written."""
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
@@ -142,16 +144,22 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     tasks = read_tasks(tasks_path, loop)
     base = tasks_path.resolve().parent
     model = absolute_spec(model, Path.cwd())
+    if reflector_model is None:
+        reflector_model = configured_reflector_spec()
+    reflector_model = absolute_spec(reflector_model.strip(), Path.cwd()) if reflector_model else None  # '': none
     tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
-    for spec in {model, *(t.model for t in tasks)}:
+    for spec in {model, reflector_model, *(t.model for t in tasks)}:
         _check_backend(spec)
     from ..trace.postgres import is_url
 
     if not is_url(store):
         store = str(Path(store).resolve())
-    ident = batch_id(tasks_path.read_bytes(), loop, {"model": model, "budget": budget or {},
-                                                     "experience": experience, "governor": governor})
-    config = BatchConfig(ident, loop, store, model, connections, experience, governor, dict(budget or {}))
+    # The reflector is part of the batch's identity only when there is one: older batches keep their ids.
+    options = {"model": model, "budget": budget or {}, "experience": experience, "governor": governor,
+               **({"reflector_model": reflector_model} if reflector_model else {})}
+    ident = batch_id(tasks_path.read_bytes(), loop, options)
+    config = BatchConfig(ident, loop, store, model, connections, experience, governor, dict(budget or {}),
+                         reflector_model)
     results_path = out or tasks_path.with_name(tasks_path.stem + ".results.jsonl")
     _check_not_an_input(results_path, store, [base / name for t in tasks for name in (t.tests, t.db) if name])
     results = ResultsFile(results_path, ident)

@@ -44,6 +44,8 @@ class BatchConfig:
     batch measures, so off by default)."""
     budget: dict[str, Any] = field(default_factory=dict)
     """Budget fields (max_tokens, max_calls, max_seconds, max_reflections) for each task."""
+    reflector_model: str | None = None
+    """The reflector's own model spec; None means each task's model reflects."""
 
 
 def namespace(batch_id: str) -> str:
@@ -162,9 +164,11 @@ def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resum
     from ..reflect import ExperienceLibrary, Governor
     from ..types import Budget
 
+    reflector = config.reflector_model
     session = Session(model=worker_model(task.model or config.model, config.connections), store=store,
                       observer=observer, experience=ExperienceLibrary(store) if config.experience else None,
-                      governor=Governor(store) if config.governor else None)
+                      governor=Governor(store) if config.governor else None,
+                      reflector_model=worker_model(reflector, config.connections) if reflector else None)
     budget = Budget(**config.budget)
     meta = {"batch": config.batch_id, "batch_task": task.key}
     if config.loop == "refine":

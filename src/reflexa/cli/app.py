@@ -47,6 +47,10 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec:
                      "local:smollm2, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
                      "scripted:FILE, or a plugin's. Default: $REFLEXA_MODEL, reflexa.toml, then local.",
                      show_default=False)]
+ReflectorOpt = Annotated[str | None, typer.Option("--reflector-model", help="Model spec for the reflector's calls "
+                         "alone (e.g. local:qwen1.5b beside the default model); '' for the run's model. Default: "
+                         "$REFLEXA_REFLECTOR_MODEL, reflexa.toml's reflector_model, else the run's model.",
+                         show_default=False)]
 TraceOpt = Annotated[str | None, typer.Option("--trace", help="Trace store: a SQLite file, or a postgresql:// URL "
                      "(pip install 'reflexa\\[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data "
                      "directory.", show_default=False)]
@@ -98,11 +102,12 @@ def output(as_json: bool, jsonl: bool, quiet: bool, verbose: bool) -> Output:
 
 
 def session_for(model: str | None, trace: str | None, out: Output, *, experience: bool = False,  # noqa: ANN201
-                view: type | None = None):
-    """The Session a command runs in (model, store, the observers `out` asks for) and its run tracker.
-    `view` is the live view's class (a LiveView; PlanView for plan)."""
+                view: type | None = None, reflector: str | None = None):
+    """The Session a command runs in (model, reflector model, store, the observers `out` asks for) and its
+    run tracker. `view` is the live view's class (a LiveView; PlanView for plan); `reflector` is a
+    --reflector-model value (None: the configured one; '': the run's model)."""
     from ..loops import Session
-    from ..models.spec import resolve
+    from ..models.spec import resolve, resolve_reflector
     from ..reflect import ExperienceLibrary
     from .live import chain, observer_for
 
@@ -111,8 +116,10 @@ def session_for(model: str | None, trace: str | None, out: Output, *, experience
     observer("status", "starting")  # the live line shows up now, not after the model has loaded
     try:
         store = open_store(trace)
-        session = Session(model=resolve(model), store=store, observer=observer,
-                          experience=ExperienceLibrary(store) if experience else None)
+        generator = resolve(model)
+        session = Session(model=generator, store=store, observer=observer,
+                          experience=ExperienceLibrary(store) if experience else None,
+                          reflector_model=resolve_reflector(reflector, generator))
     except BaseException:
         _stop_view(tracker)  # a bad model spec or store: the error must not print under a live line
         raise
@@ -187,6 +194,7 @@ def refine(
     force_out: Annotated[bool, typer.Option("--force-out", help="Allow --out outside the working directory.")] = False,
     judge: Annotated[bool, typer.Option("--judge", help="Opt in to an LLM judge (subjective).")] = False,
     model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", "--max-iterations", min=1,
                             help="Attempts at most.")] = 3,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
@@ -223,7 +231,7 @@ def refine(
         cli = {"tests": str(tests.resolve()) if tests else None, "check": check, "out": out_name,
                "judge": judge, "timeout": timeout, "explain": explain, "cwd": str(Path.cwd())}
         checks = refine_checks(tests=tests, check=check, out=out_name, judge=judge, timeout=timeout)
-        session, tracker = session_for(model, trace, out_mode)
+        session, tracker = session_for(model, trace, out_mode, reflector=reflector_model)
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
         result = run_cli(session, tracker, lambda: run_refine(text, checks, session=session, budget=budget,
                                                               max_attempts=max_attempts, context=context,
@@ -268,14 +276,14 @@ def _finish_cli(result, out: Output) -> None:  # noqa: ANN001 - Result, imported
 
 def _react_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
                trials_count: int, validate: str | None, experience: bool, out: Output,
-               trace: str | None, resume: str | None = None) -> Result:
+               trace: str | None, resume: str | None = None, reflector: str | None = None) -> Result:
     from ..loops import react as run_react
     from ..loops import trials as run_trials
     from ..tools import ToolRegistry, sql_tools
 
     registry = ToolRegistry(sql_tools(db, write=write))
     validator = sql_validator(db, validate) if validate is not None else None
-    session, tracker = session_for(model, trace, out, experience=experience)
+    session, tracker = session_for(model, trace, out, experience=experience, reflector=reflector)
     meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate,
             "experience": experience}
 
@@ -300,6 +308,7 @@ def react(
     write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
                      "tool).")] = False,
     model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps at most.")] = 8,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output), over all "
                           "trials.")] = None,
@@ -327,7 +336,7 @@ def react(
                         max_reflections=max_reflections)
         result = _react_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
                             trials_count=trials_count, validate=validate, experience=experience, out=out,
-                            trace=trace)
+                            trace=trace, reflector=reflector_model)
         _finish_cli(result, out)
 
 
@@ -337,7 +346,7 @@ def react(
 
 def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Budget, max_steps: int,
               plan_file: Path | None, validate: str | None, replan: bool, out: Output,
-              trace: str | None, resume: str | None = None) -> Result:
+              trace: str | None, resume: str | None = None, reflector: str | None = None) -> Result:
     from ..loops.plan import plan as run_plan
     from ..tools import ToolRegistry, sql_tools
     from .render import PlanView
@@ -347,7 +356,7 @@ def _plan_run(goal: str, *, db: Path, write: bool, model: str | None, budget: Bu
         read_text_file(plan_file, "plan file")
     validator = sql_validator(db, validate) if validate is not None else None
     # The tree and its statuses; the units' own steps with --verbose.
-    session, tracker = session_for(model, trace, out, experience=True, view=PlanView)
+    session, tracker = session_for(model, trace, out, experience=True, view=PlanView, reflector=reflector)
     meta = {"toolset": "sql", "db": str(db.resolve()), "write": write, "validate": validate, "replan": replan}
     return run_cli(session, tracker, lambda: run_plan(goal, registry, session=session, budget=budget, tree=plan_file,
                                                       max_steps=max_steps, validator=validator, db=db, replan=replan,
@@ -366,6 +375,7 @@ def plan_cmd(
     write: Annotated[bool, typer.Option("--write", help="Allow changes (adds a side-effecting execute "
                      "tool).")] = False,
     model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Steps each sub-goal takes at most.")] = 8,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget over the whole tree.")] = None,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Model-call budget over the whole tree.")] = None,
@@ -389,7 +399,8 @@ def plan_cmd(
             raise ConfigError("the goal is empty")
         budget = Budget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds)
         result = _plan_run(goal, db=db, write=write, model=model, budget=budget, max_steps=max_steps,
-                           plan_file=plan_file, validate=validate, replan=replan, out=out, trace=trace)
+                           plan_file=plan_file, validate=validate, replan=replan, out=out, trace=trace,
+                           reflector=reflector_model)
         _print_answer(result, out)
         _finish_cli(result, out)
 
@@ -435,12 +446,12 @@ def resume(
             result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
                                validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
-                               trace=trace, resume=record.run_id)
+                               trace=trace, resume=record.run_id, reflector=_reflector_of(record))
         elif record.loop == "react":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=meta.get("experience", True), out=out,
-                                trace=trace, resume=record.run_id)
+                                trace=trace, resume=record.run_id, reflector=_reflector_of(record))
         elif record.loop == "refine":
             result = _resume_refine(record, model, budget, out=out, trace=trace)
         else:
@@ -451,6 +462,11 @@ def resume(
 def _spec_of(record) -> str | None:  # noqa: ANN001 - a RunRecord
     """The model spec a run was started with (its files made absolute), else its model's name."""
     return record.meta.get("model_spec") or record.meta.get("model")
+
+
+def _reflector_of(record) -> str:  # noqa: ANN001 - a RunRecord
+    """The reflector model spec a run was started with; '' (the run's own model) when it had none."""
+    return record.meta.get("reflector_model_spec") or record.meta.get("reflector_model") or ""
 
 
 def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
@@ -475,7 +491,7 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     existed = target is not None and target.exists()
     checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
                            judge=cli["judge"], timeout=cli["timeout"])
-    session, tracker = session_for(model or _spec_of(record), trace, out)
+    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=_reflector_of(record))
     result = run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
                                                           max_attempts=record.meta.get("bound", 3),
                                                           context=record.meta.get("context", "latest"),
@@ -492,7 +508,7 @@ def _resume_research(record, model, budget, *, out: Output, trace: str | None): 
 
     cli = record.meta["cli"]
     backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
-    session, tracker = session_for(model or _spec_of(record), trace, out)
+    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=_reflector_of(record))
     result = run_cli(session, tracker, lambda: run_research(record.task, backend, session=session, budget=budget,
                                                             max_rounds=record.meta.get("bound", 2),
                                                             cache=SearchCache(session.store), meta={"cli": cli},
@@ -561,6 +577,7 @@ def research_cmd(
     search: Annotated[str, typer.Option("--search", help="Search backend: local (default, needs --corpus), tavily, "
                       "ddgs or wikipedia.")] = "local",
     model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
     max_rounds: Annotated[int, typer.Option("--max-rounds", "--max-iterations", min=1,
                                             help="Search-and-revise rounds at most.")] = 2,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Token budget (input + output).")] = None,
@@ -581,7 +598,7 @@ def research_cmd(
         if not question.strip():
             raise ConfigError("the question is empty")
         backend = search_backend(search, corpus)
-        session, tracker = session_for(model, trace, out)
+        session, tracker = session_for(model, trace, out, reflector=reflector_model)
         cli = {"search": search, "corpus": str(corpus.resolve()) if corpus else None}
         result = run_cli(session, tracker, lambda: research(question, backend, session=session, max_rounds=max_rounds,
                                                             budget=Budget(max_tokens=max_tokens),
@@ -603,6 +620,7 @@ def batch_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", parser=path_arg, help="The results file (JSONL). Default: "
                    "TASKS.results.jsonl beside the tasks file.", show_default=False)] = None,
     model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
     connections: Annotated[int | None, typer.Option(min=1, help="Model calls in flight at most per backend in one "
                            "process (default: as many as --concurrency).", show_default=False)] = None,
     experience: Annotated[bool, typer.Option(help="Tasks share the experience library.")] = True,
@@ -626,7 +644,8 @@ def batch_cmd(
         store = trace or trace_env() or str(default_path())
         code = run_batch_cli(tasks, loop, store=store, out=out, console=console, errors=errors, as_json=as_json,
                              model=model, concurrency=concurrency, executor=executor, address=address,
-                             connections=connections, experience=experience, governor=governor, budget=budget)
+                             connections=connections, experience=experience, governor=governor, budget=budget,
+                             reflector_model=reflector_model)
     raise typer.Exit(code)
 
 

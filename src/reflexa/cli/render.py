@@ -84,8 +84,9 @@ class View:
         if self.verbose:
             u = step.usage
             problem = f", {'call failed' if c.failed else 'invalid reply'}: {escape(c.error)}" if c.error else ""
-            self.console.print(f"[dim]#{step.step_id} {step.role} call: {u.input_tokens} in, {u.output_tokens} out, "
-                               f"finish={c.finish_reason}{problem}[/dim]")
+            on = f" on {escape(c.model)}" if c.model else ""  # a reflector on its own model
+            self.console.print(f"[dim]#{step.step_id} {step.role} call{on}: {u.input_tokens} in, "
+                               f"{u.output_tokens} out, finish={c.finish_reason}{problem}[/dim]")
 
     def attempt(self, step: Step, a: Attempt) -> None:
         self.console.rule(f"attempt {a.iteration}" + (" (revision)" if a.revising else ""))

@@ -28,19 +28,26 @@ class Session:
     """The plumbing a run needs and no loop should rebuild. One session can serve many runs.
 
     `model` None means the configured default (`--model`, $REFLEXA_MODEL, reflexa.toml, else `local`),
-    resolved when the first run opens."""
+    resolved when the first run opens; the configured reflector ($REFLEXA_REFLECTOR_MODEL, reflexa.toml's
+    `reflector_model`) is then resolved with it. A session given its model reflects on that model unless
+    it is given a `reflector_model` too."""
 
     model: Model | None = None
     store: Store = field(default_factory=MemoryStore)
     observer: Observer | None = None
     experience: ExperienceLibrary | None = None
     governor: Governor | None = None
+    reflector_model: Model | None = None
+    """The model the reflector's calls go to; None is `model`. A small generator can be given a larger
+    reflector: its calls are few and short, and a lesson that names the cause is what converts a failure."""
 
     def resolved_model(self) -> Model:
         if self.model is None:
-            from ..models.spec import resolve
+            from ..models.spec import resolve, resolve_reflector
 
             self.model = resolve()
+            if self.reflector_model is None:
+                self.reflector_model = resolve_reflector(model=self.model)
         return self.model
 
 
@@ -114,7 +121,8 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     plan = (session.governor.plan(model.name, family, task, bound, budget.max_reflections, cut=cut)
             if session.governor else Plan(bound, budget.max_reflections))
     run = Run(loop, task, model, budget=budget, store=session.store, observer=observe.attach(session.observer),
-              meta={"family": family, "bound": bound, **(meta or {})}, resume=resume)
+              meta={"family": family, "bound": bound, **(meta or {})}, resume=resume,
+              reflector_model=session.reflector_model)
     engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
     if resume is not None:
         try:

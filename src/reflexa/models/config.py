@@ -1,4 +1,4 @@
-"""Settings read from the environment and the config files: the model spec and llama.cpp's thread count."""
+"""Settings read from the environment and the config files: the model specs and llama.cpp's thread count."""
 
 from __future__ import annotations
 
@@ -49,6 +49,18 @@ def configured_spec() -> str:
         if found is not None and str(found).strip():
             return str(found).strip()
     return DEFAULT_SPEC
+
+
+def configured_reflector_spec() -> str | None:
+    """The reflector's model spec when no flag names one: $REFLEXA_REFLECTOR_MODEL, then
+    `reflector_model = "..."` in a config file; None (the run's own model reflects) when neither is set."""
+    if spec := os.environ.get("REFLEXA_REFLECTOR_MODEL", "").strip():
+        return spec
+    for path in config_paths():
+        found = _file_value(path, "reflector_model")
+        if found is not None and str(found).strip():
+            return str(found).strip()
+    return None
 
 
 def usable_cores() -> int:

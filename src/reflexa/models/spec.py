@@ -7,14 +7,14 @@ from pathlib import Path
 
 from ..errors import ConfigError, ReflexaError
 from .base import Model
-from .config import CONFIG_NAME, config_paths, configured_spec
+from .config import CONFIG_NAME, config_paths, configured_reflector_spec, configured_spec
 from .registry import Availability, all_availability, load, names
 
 SPEC_HELP = ("local[:NAME|:PATH.gguf], openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
              "scripted:FILE.json")
 
 __all__ = ["CONFIG_NAME", "SPEC_HELP", "Availability", "absolute_spec", "availability", "config_paths",
-           "configured_spec", "resolve"]
+           "configured_reflector_spec", "configured_spec", "resolve", "resolve_reflector"]
 
 
 def resolve(spec: str | None = None) -> Model:
@@ -41,6 +41,19 @@ def resolve(spec: str | None = None) -> Model:
         raise ConfigError(f"the {kind!r} model backend built a {type(model).__name__}, not a model")
     model.spec = absolute_spec(spec, Path.cwd())
     return model
+
+
+def resolve_reflector(spec: str | None = None, model: Model | None = None) -> Model | None:
+    """The reflector's own Model: the one `spec` names, else (`spec` None) the configured one
+    (`configured_reflector_spec`). None, the run's model reflects, when nothing names one or `spec` is empty
+    (how a flag overrides a configured reflector). A spec equal to `model`'s own is `model` itself, so one
+    model is not loaded twice."""
+    spec = spec if spec is not None else configured_reflector_spec()
+    if spec is None or not spec.strip():
+        return None
+    if model is not None and model.spec is not None and absolute_spec(spec.strip(), Path.cwd()) == model.spec:
+        return model
+    return resolve(spec)
 
 
 FILE_BACKENDS = ("scripted", "local")

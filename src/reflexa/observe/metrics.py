@@ -134,8 +134,8 @@ class _Run:
     loop: str
     since: float
     model: str
-    series: dict[tuple[str, str | None], list[Any]] = field(default_factory=dict)
-    """(step kind, role) -> the numbers of its histogram series."""
+    series: dict[tuple[str, str | None, str], list[Any]] = field(default_factory=dict)
+    """(step kind, role, model) -> the numbers of its histogram series."""
 
 
 def _observe(series: list[Any], buckets: tuple[float, ...], seconds: float) -> None:
@@ -177,7 +177,9 @@ class Metrics:
         run = self._runs.get(step.run_id)
         if run is None:
             return
-        key = (step.kind, step.role)
+        # A call served by another model than the run's (a reflector on its own model) is labelled with it.
+        model = getattr(step.payload(), "model", None) if step.kind == "model_call" else None
+        key = (step.kind, step.role, model or run.model)
         with self._series.lock:
             series = run.series.get(key)
             if series is None:
@@ -187,9 +189,9 @@ class Metrics:
                 series[-2] += step.usage.input_tokens
                 series[-1] += step.usage.output_tokens
 
-    def _open(self, run: _Run, kind: str, role: str | None) -> list[Any]:
+    def _open(self, run: _Run, kind: str, role: str | None, model: str) -> list[Any]:
         if kind == "model_call":
-            return self._series.histogram(MODEL_CALLS, (run.loop, role or "", run.model), STEP_BUCKETS)
+            return self._series.histogram(MODEL_CALLS, (run.loop, role or "", model), STEP_BUCKETS)
         return self._series.histogram("reflexa_step_duration_seconds", (run.loop, kind), STEP_BUCKETS)
 
     def _finish(self, result: Result, ended_at: float | None = None) -> None:

@@ -155,6 +155,19 @@ class _OpenRun:
     """refine's latest attempt, for the span of its checks."""
 
 
+def _provider_model(name: str) -> tuple[str, str]:
+    """A model's name (`local:qwen`, `openai:gpt-4o`) as the provider and the model."""
+    provider, colon, model = name.partition(":")
+    return provider, model if colon else provider
+
+
+def _chat(name: str) -> tuple[str, SpanKind, dict[str, Any]]:
+    """A chat span's name, kind and the attributes every call to the model `name` shares."""
+    provider, model = _provider_model(name)
+    kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
+    return f"chat {model}", kind, {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model}
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -251,8 +264,7 @@ class Tracing:
     def _start(self, started: RunStarted) -> None:
         stack = self._open.get()
         parent = self._runs[stack[-1]].span if stack and stack[-1] in self._runs else None
-        provider, colon, model = started.model.partition(":")
-        model = model if colon else provider
+        provider, model = _provider_model(started.model)
         attributes: dict[str, Any] = {
             OPERATION: "invoke_agent", AGENT_NAME: started.loop, PROVIDER: provider, REQUEST_MODEL: model,
             "reflexa.loop": started.loop, "reflexa.run_id": started.run_id, "reflexa.resumed": started.resumed,
@@ -260,9 +272,7 @@ class Tracing:
         if self.content:
             attributes[INPUT_MESSAGES] = _text_json("user", started.task)
         span = self.writer.open(f"invoke_agent {started.loop}", parent, attributes, _ns(started.started_at))
-        kind = SpanKind.INTERNAL if provider in IN_PROCESS else SpanKind.CLIENT
-        self._runs[started.run_id] = _OpenRun(span, provider, model, f"chat {model}", kind,
-                                              {OPERATION: "chat", PROVIDER: provider, REQUEST_MODEL: model})
+        self._runs[started.run_id] = _OpenRun(span, provider, model, *_chat(started.model))
         self._open.set((*stack, started.run_id))
 
     def _finish(self, result: Result) -> None:
@@ -308,8 +318,11 @@ class Tracing:
 
     def _model_call(self, run: _OpenRun, step: Step, data: Any) -> None:
         usage = step.usage
+        # A call served by another model than the run's (a reflector on its own model) names that model.
+        name, kind, chat_attributes = _chat(data.model) if data.model else (run.chat_name, run.chat_kind,
+                                                                            run.chat_attributes)
         attributes: dict[str, Any] = {
-            **run.chat_attributes, INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
+            **chat_attributes, INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens,
             FINISH_REASONS: (data.finish_reason,), "reflexa.role": step.role or "",
         }
         error = None
@@ -321,7 +334,7 @@ class Tracing:
         if self.content:
             attributes[INPUT_MESSAGES] = _messages_json(step.input)
             attributes[OUTPUT_MESSAGES] = _text_json("assistant", data.text, data.finish_reason)
-        self._emit(run, run.chat_name, step, attributes, run.chat_kind, error)
+        self._emit(run, name, step, attributes, kind, error)
 
     def _attempt(self, run: _OpenRun, step: Step, data: Any) -> None:
         # No span of its own: an attempt's time is its model call's (the chat span). What it adds, the
