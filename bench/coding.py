@@ -7,7 +7,8 @@ Strategies, side by side on the same problems and the same model:
             attempt; the latest candidate and its feedback; the task and the feedback without the code),
             refine-noexplain, refine-sample: a failed revision is followed by a
             fresh sampled attempt; refine-qa: the reflector's prompt opens with a QA-engineer role line and
-            asks for a defect report, the A/B the seeds report raised root-cause accuracy)
+            asks for a defect report, the A/B the seeds report raised root-cause accuracy;
+            refine-reflector: the reflector's calls go to the model --reflector-model names)
   n1        the cookbook evaluator-optimizer: an LLM judge answers a free-text verdict and feedback, the
             generator sees every earlier attempt with its feedback; at most 3 attempts; scored by the tests
   n2        a naive test-driven loop: plain prompt, every earlier attempt re-sent with its test errors; at most 3
@@ -139,10 +140,12 @@ def reflector_role(line: str) -> Iterator[None]:
         reflector.SYSTEM = plain
 
 
-def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
+def run_strategy(name: str, model: Model, p: Problem, max_tokens: int, reflector: Model | None = None) -> Row:
     started = time.monotonic()
     if name in ("single", "refine", "refine-full", "refine-latest", "refine-feedback", "refine-noexplain",
-                "refine-sample", "refine-qa"):
+                "refine-sample", "refine-qa", "refine-reflector"):
+        if name == "refine-reflector" and reflector is None:
+            raise SystemExit("refine-reflector needs --reflector-model")
         attempts = 1 if name == "single" else ATTEMPTS
         options = {"refine-full": {"context": "full"}, "refine-latest": {"context": "latest"},
                    "refine-feedback": {"context": "feedback"}, "refine-noexplain": {"explain": False},
@@ -152,7 +155,8 @@ def run_strategy(name: str, model: Model, p: Problem, max_tokens: int) -> Row:
             result = refine(
                 p.task,
                 [p.check],
-                session=Session(model=model, store=store),
+                session=Session(model=model, store=store,
+                                reflector_model=reflector if name == "refine-reflector" else None),
                 max_attempts=attempts,
                 max_tokens=max_tokens,
                 family="coding",
@@ -211,6 +215,7 @@ def bench(
     report_path: Path,
     max_tokens: int,
     meta: dict[str, Any],
+    reflector: Model | None = None,
 ) -> dict[str, Any]:
     """Run every strategy on every problem (skipping rows already on disk): one problem at a time, each
     strategy on it in turn, in reverse order on every other problem, so that wall seconds compare the
@@ -226,7 +231,7 @@ def bench(
         for name in strategies if index % 2 == 0 else strategies[::-1]:
             if (name, p.id) in done:
                 continue
-            row = run_strategy(name, model, p, max_tokens)
+            row = run_strategy(name, model, p, max_tokens, reflector)
             with rows_path.open("a") as handle:
                 handle.write(json.dumps(asdict(row)) + "\n")
             rows.append(row)

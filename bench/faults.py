@@ -1,15 +1,18 @@
 """Fault-injection suite for `react`: questions over a generated shop database, with flaky, slow and
 verbose tools, each question with a checkable answer.
 
-    .venv/bin/python bench/faults.py [--model local] [--steps 5] [--skip N] [--out bench/results/faults.json]
+    .venv/bin/python bench/faults.py [--model local] [--reflector-model SPEC] [--steps 5] [--skip N]
+                                     [--out bench/results/faults.json]
 
 Strategies, side by side on the same tasks:
   (a) none        a plain ReAct loop: full history in the prompt, no reflection
   (b) every-step  the same, plus a reflection call after every step over the full history
   (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 of a task reuses the
                   library pass 1 learnt on it and on every earlier task)
-Tasks run one after another, every strategy in turn on each, so a run stopped part way (or `--limit N`
-over the tasks already done, which then only writes the report) compares the strategies on the same tasks.
+`--reflector-model` gives reflexa's reflector a model of its own (the baselines' reflections stay on
+--model); give it its own --out, so its experience library starts empty. Tasks run one after another,
+every strategy in turn on each, so a run stopped part way (or `--limit N` over the tasks already done,
+which then only writes the report) compares the strategies on the same tasks.
 Reports success rate, tokens, model calls, reflector calls, the experience hit rate on the second pass,
 and steps from an error to the next clean step. Every strategy gets the same validator, which checks a final
 answer against the database (what the answer key holds) and says only that it does not match; an answer
@@ -200,11 +203,11 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
 
 
 def run_task(name: str, task: Task, db: Path, model: Any, store: SQLiteStore, library: ExperienceLibrary,
-             steps: int) -> dict[str, Any]:
+             steps: int, reflector: Any = None) -> dict[str, Any]:
     """One strategy on one task: the row the report is built from."""
     registry = ToolRegistry(faulty_tools(db, task.fault))
     if name.startswith("reflexa"):
-        session = Session(model=model, store=store, experience=library)
+        session = Session(model=model, store=store, experience=library, reflector_model=reflector)
         result = react(task.question, registry, session=session, max_steps=steps, validator=validator(task.answer))
         recoveries = result.counters["recovery_steps"]
     else:
@@ -245,6 +248,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local")
+    parser.add_argument("--reflector-model", default=None, help="a model of its own for reflexa's reflector")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
@@ -255,6 +259,7 @@ def main() -> None:
     if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
         raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
     model = resolve_model(args.model)
+    reflector = resolve_model(args.reflector_model) if args.reflector_model else None
     rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
     done = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -263,7 +268,8 @@ def main() -> None:
         suite = tasks(db)[: args.limit or None]
         store = SQLiteStore(args.out.with_suffix(".db"))  # the experience library, kept across a resume
         library = ExperienceLibrary(store)
-        report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
+        report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {},
+                                  **({"reflector_model": reflector.name} if reflector else {})}
         names = args.strategies.split(",")
         # Task by task, every strategy in turn: a run stopped part way compares the strategies on the same
         # tasks. Pass 2 of a task therefore sees the library pass 1 learnt on it and on every earlier task.
@@ -272,7 +278,7 @@ def main() -> None:
                 if any(r["strategy"] == name and r["question"] == task.question and r["fault"] == task.fault
                        for r in done):
                     continue
-                done.append(run_task(name, task, db, model, store, library, args.steps))
+                done.append(run_task(name, task, db, model, store, library, args.steps, reflector))
                 with rows_path.open("a") as handle:
                     handle.write(json.dumps(done[-1], default=str) + "\n")
         in_suite = {(t.question, t.fault) for t in suite}

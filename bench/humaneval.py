@@ -68,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=40)
     parser.add_argument("--model", default="local")
+    parser.add_argument("--reflector-model", default=None, help="the reflector's own model, for refine-reflector")
     parser.add_argument("--strategies", default="single,refine,n1,n2")
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--ids", default="", help="only these task ids, comma-separated (a tuning subset)")
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--name", default="humaneval", help="file stem under bench/results/")
     args = parser.parse_args()
     model = resolve_model(args.model)
+    reflector = resolve_model(args.reflector_model) if args.reflector_model else None
     chosen = [p for p in problems(args.problems) if not args.ids or p.id in args.ids.split(",")]
     report = bench(
         chosen,
@@ -83,7 +85,8 @@ def main() -> None:
         args.results / f"{args.name}-rows.jsonl",
         args.results / f"{args.name}.json",
         args.max_tokens,
-        {"model": model.name, "bench": "humaneval"},
+        {"model": model.name, "bench": "humaneval", **({"reflector_model": reflector.name} if reflector else {})},
+        reflector,
     )
     print(json.dumps(report, indent=2))
 

@@ -76,6 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--model", default="local")
+    parser.add_argument("--reflector-model", default=None, help="the reflector's own model, for refine-reflector")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--strategies", default="single,refine,n1,n2")
     parser.add_argument("--max-tokens", type=int, default=512)
@@ -88,6 +89,7 @@ def main() -> None:
     if not args.data.is_file():
         raise SystemExit(f"MBPP data not found: {args.data} (give --data)")
     model = resolve_model(args.model)
+    reflector = resolve_model(args.reflector_model) if args.reflector_model else None
     report = bench(
         [p for p in problems(args.data, args.problems)[args.skip:] if not args.ids or p.id in args.ids.split(",")],
         model,
@@ -95,7 +97,9 @@ def main() -> None:
         args.results / f"{args.name}-rows.jsonl",
         args.results / f"{args.name}.json",
         args.max_tokens,
-        {"model": model.name, "bench": "mbpp", "visible_tests": 1},
+        {"model": model.name, "bench": "mbpp", "visible_tests": 1,
+         **({"reflector_model": reflector.name} if reflector else {})},
+        reflector,
     )
     print(json.dumps(report, indent=2))
 

@@ -28,9 +28,11 @@ def test_faults_script(tmp_path):
     )
     out_file = tmp_path / "faults.json"
     out = run(
-        "bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2", "--out", str(out_file)
+        "bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2", "--out", str(out_file),
+        "--reflector-model", f"scripted:{replies}",
     )
     report = json.loads(out_file.read_text())
+    assert report["reflector_model"] == "scripted"
     assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
     assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
     assert "experience hit rate" in out
@@ -101,6 +103,20 @@ def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
     assert len(rows) == 4
     run(*args)  # a rerun skips the rows already there
     assert len((tmp_path / "humaneval-rows.jsonl").read_text().splitlines()) == 4
+
+
+def test_refine_reflector_sends_the_reflector_s_calls_to_their_own_model(tmp_path):
+    spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
+    lessons = tmp_path / "lessons.json"
+    lessons.write_text(json.dumps([{"failure_step": "the loop", "observed_mismatch": "returned False for close "
+                                    "numbers", "root_cause": "no pair compared", "correction": "compare every pair"}] * 5))
+    args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
+    run(*args, "--strategies", "refine,refine-reflector", "--reflector-model", f"scripted:{lessons}")
+    report = json.loads((tmp_path / "humaneval.json").read_text())
+    assert report["reflector_model"] == "scripted" and set(report["strategies"]) == {"refine", "refine-reflector"}
+    refused = subprocess.run([sys.executable, *args, "--strategies", "refine-reflector", "--name", "other"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=240)
+    assert refused.returncode != 0 and "needs --reflector-model" in refused.stderr
 
 
 def test_coding_bench_alternates_the_strategies_order_problem_by_problem(tmp_path):
