@@ -105,11 +105,12 @@ def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
     assert len((tmp_path / "humaneval-rows.jsonl").read_text().splitlines()) == 4
 
 
-def test_refine_reflector_sends_the_reflector_s_calls_to_their_own_model(tmp_path):
+def test_refine_reflector_runs_beside_refine_and_needs_a_reflector_model(tmp_path):
     spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
     lessons = tmp_path / "lessons.json"
-    lessons.write_text(json.dumps([{"failure_step": "the loop", "observed_mismatch": "returned False for close "
-                                    "numbers", "root_cause": "no pair compared", "correction": "compare every pair"}] * 5))
+    lesson = {"failure_step": "the loop", "observed_mismatch": "returned False for close numbers",
+              "root_cause": "no pair compared", "correction": "compare every pair"}
+    lessons.write_text(json.dumps([lesson] * 5))
     args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
     run(*args, "--strategies", "refine,refine-reflector", "--reflector-model", f"scripted:{lessons}")
     report = json.loads((tmp_path / "humaneval.json").read_text())
