@@ -297,3 +297,27 @@ def test_an_action_that_differs_only_in_case_is_no_repeat():
     bob = 'query({"sql": "SELECT * FROM c WHERE name = \'Bob\'"})'
     lower = bob.replace("Bob", "bob")
     assert signals(bob, [lower]) == [] and signals(bob, [bob])[0].code is ErrorCode.REPEATED
+
+
+def test_governor_keeps_a_separate_record_for_a_reflector_on_its_own_model():
+    """Whether retries pay depends on who reflects: runs whose reflector has a model of its own are recorded
+    under both models' names, and the record of the generator alone does not cut them."""
+
+    class Never:
+        name, subjective = "never", False
+
+        def run(self, candidate, context):
+            return Signal("never", False, ErrorCode.TEST_FAILED, f"wrong {candidate.strip()}", score=0.5)
+
+    store = MemoryStore()
+    governor = Governor(store, min_samples=10, min_rate=0.1, probe_rate=0.0)
+    never_converts(store, governor, 30)  # the scripted model alone: retries cut from now on
+    assert governor.plan("scripted", "demo", "next", 3, None).bound == 1
+    reflector = ScriptedModel([], default={"failure_step": "a", "observed_mismatch": "wrong", "root_cause": "r",
+                                           "correction": "c"})
+    reflector.name = "scripted:big"
+    model = ScriptedModel([f"```\n{word}\n```" for word in ("alpha", "bravo", "charlie")])
+    result = refine("task", [Never()], family="demo",
+                    session=Session(model=model, reflector_model=reflector, store=store, governor=governor))
+    assert result.iterations == 3 and not result.notes and reflector.calls >= 1  # not cut by the other record
+    assert governor.stats("scripted+scripted:big", "demo").samples == 1

@@ -118,7 +118,10 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     governor, when the session has one, may cut it or the reflections for the task `family`."""
     model = session.resolved_model()
     family = family or loop
-    plan = (session.governor.plan(model.name, family, task, bound, budget.max_reflections, cut=cut)
+    # Whether retries pay depends on who reflects too: a reflector on its own model keeps its own record.
+    reflector = session.reflector_model
+    roi_model = model.name if reflector is None or reflector is model else f"{model.name}+{reflector.name}"
+    plan = (session.governor.plan(roi_model, family, task, bound, budget.max_reflections, cut=cut)
             if session.governor else Plan(bound, budget.max_reflections))
     run = Run(loop, task, model, budget=budget, store=session.store, observer=observe.attach(session.observer),
               meta={"family": family, "bound": bound, **(meta or {})}, resume=resume,
@@ -143,7 +146,7 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
         # An interrupted run has not ended, and an answer nothing checked cannot tell a conversion from a
         # failure: neither says anything about whether retries pay.
         if session.governor and reason not in (StopReason.INTERRUPTED, StopReason.ANSWERED_UNVERIFIED):
-            session.governor.record(model.name, family, task, retried=outcome.retried, converted=result.passed,
+            session.governor.record(roi_model, family, task, retried=outcome.retried, converted=result.passed,
                                     retry_tokens=outcome.retry_tokens)
         return result
 
