@@ -42,22 +42,22 @@ def _file_value(path: Path, key: str) -> Any:
 def configured_spec() -> str:
     """The model spec in force when no flag names one: $REFLEXA_MODEL, then `model = "..."` in a config
     file, then `local`. An empty value counts as unset here; an explicit empty flag is an error."""
-    if spec := os.environ.get("REFLEXA_MODEL", "").strip():
-        return spec
-    for path in config_paths():  # the first file that sets a non-empty model
-        found = _file_value(path, "model")
-        if found is not None and str(found).strip():
-            return str(found).strip()
-    return DEFAULT_SPEC
+    return _configured("REFLEXA_MODEL", "model") or DEFAULT_SPEC
 
 
 def configured_reflector_spec() -> str | None:
     """The reflector's model spec when no flag names one: $REFLEXA_REFLECTOR_MODEL, then
     `reflector_model = "..."` in a config file; None (the run's own model reflects) when neither is set."""
-    if spec := os.environ.get("REFLEXA_REFLECTOR_MODEL", "").strip():
-        return spec
+    return _configured("REFLEXA_REFLECTOR_MODEL", "reflector_model")
+
+
+def _configured(env: str, key: str) -> str | None:
+    """A setting from the environment variable `env`, else the first config file that sets `key`; an empty
+    value counts as unset."""
+    if value := os.environ.get(env, "").strip():
+        return value
     for path in config_paths():
-        found = _file_value(path, "reflector_model")
+        found = _file_value(path, key)
         if found is not None and str(found).strip():
             return str(found).strip()
     return None
