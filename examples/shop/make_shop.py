@@ -1,13 +1,13 @@
 """Generate a small, deterministic shop database for `reflexa react` demos, tests and benchmarks.
 
-python examples/shop/make_shop.py shop.sqlite
+python examples/shop/make_shop.py [shop.sqlite]
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import sqlite3
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -63,8 +63,11 @@ CREATE TABLE refunds (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL REFERENC
 
 
 def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int = 400) -> Path:
-    """Write the database to `path` (replacing it) and return the path."""
+    """Write the database to `path` (replacing an SQLite file there, never any other file) and return the
+    path."""
     path = Path(path)
+    if path.exists() and not (path.is_file() and path.read_bytes()[:16] == b"SQLite format 3\x00"):
+        raise SystemExit(f"{path} exists and is not an SQLite database: not replacing it")
     path.unlink(missing_ok=True)
     rng = random.Random(seed)
     db = sqlite3.connect(path)
@@ -106,4 +109,6 @@ def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int =
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1] if len(sys.argv) > 1 else "shop.sqlite"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", nargs="?", default="shop.sqlite", help="where the database goes (default: %(default)s)")
+    print(build(parser.parse_args().path))
