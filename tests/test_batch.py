@@ -373,3 +373,23 @@ def test_every_task_of_a_batch_reflects_on_the_reflector_model(tmp_path):
     store.close()
     with pytest.raises(ConfigError, match="no backend 'nosuch'"):
         run_batch(path, "refine", store=trace, model=model, reflector_model="nosuch:x")
+
+
+
+def test_a_named_model_is_no_file_and_a_reflector_equal_to_the_model_is_none(tmp_path):
+    from reflexa.batch.runner import _check_backend
+
+    _check_backend("local:qwen1.5b")  # its name has a "suffix", but it is a named model, not a path
+    with pytest.raises(ConfigError, match="model file not found"):
+        _check_backend("local:missing.gguf")
+    model = replies(tmp_path, "gen.json", [BAD, LESSON, GOOD])
+    path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD"}])
+    trace = str(tmp_path / "trace.db")
+    # The run's own model, or blank: no reflector of its own, so the same batch as with no flag at all.
+    states = [run_batch(path, "refine", store=trace, model=model, reflector_model=given, experience=False)
+              for given in (model, " ", None)]
+    assert states[0].done == states[0].passed == 1
+    assert {s.batch_id for s in states} == {states[0].batch_id} and states[1].skipped == states[2].skipped == 1
+    store = open_store(trace)
+    assert [r.meta.get("reflector_model_spec") for r in store.runs(10) if r.meta.get("batch")] == [None]
+    store.close()

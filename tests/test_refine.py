@@ -468,3 +468,20 @@ def test_a_session_given_its_model_reflects_on_it_unless_given_a_reflector(monke
     session = Session(model=own)
     assert refine("the task", [Expect("good", score=0.0)], session=session).passed
     assert own.calls == 3 and session.reflector_model is None
+
+
+def test_a_reflector_model_that_fails_costs_the_lesson_not_the_run():
+    """A reflector on its own model is optional help: when its backend fails, the failure is in the trace,
+    the lesson is discarded and the run goes on; the run's own model failing still ends the run."""
+    generator = ScriptedModel([answer("one"), answer("good")])
+    reflector = ScriptedModel([ModelUnavailable("reflector server down")])
+    reflector.name = "openai:big"
+    store = MemoryStore()
+    result = refine("the task", [Expect("good", score=0.0)],
+                    session=Session(model=generator, reflector_model=reflector, store=store))
+    assert result.stop_reason is StopReason.PASSED and result.counters["lessons_discarded"] == 1
+    (failed,) = [s.payload() for s in store.steps(result.run_id) if s.role == "reflector"]
+    assert failed.failed and failed.model == "openai:big" and "reflector server down" in failed.error
+    alone = refine("the task", [Expect("good", score=0.0)],
+                   session=Session(model=ScriptedModel([answer("one"), ModelUnavailable("down")])))
+    assert alone.stop_reason is StopReason.ERROR

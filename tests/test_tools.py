@@ -354,6 +354,7 @@ def test_a_runaway_read_only_query_is_stopped_by_sqlite(shop, monkeypatch):
 def test_the_shop_generator_never_replaces_a_file_that_is_not_its_database(tmp_path):
     """examples/shop/make_shop.py replaces the database it made before, but a bad argument (a typo'd file
     name, a flag it does not know) is refused, with the file left as it was and no file created."""
+    import sqlite3
     import subprocess
     import sys
     from pathlib import Path
@@ -362,11 +363,15 @@ def test_the_shop_generator_never_replaces_a_file_that_is_not_its_database(tmp_p
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me")
     refused = subprocess.run([*script, str(notes)], capture_output=True, text=True)
-    assert refused.returncode == 1 and "not an SQLite database" in refused.stderr
+    assert refused.returncode == 1 and "not a shop database" in refused.stderr
     assert notes.read_text() == "keep me"
+    other = tmp_path / "trace.db"  # an SQLite file, but not one the script made
+    sqlite3.connect(other).execute("CREATE TABLE runs (id)").connection.commit()
+    assert subprocess.run([*script, str(other)], capture_output=True, text=True).returncode == 1
+    assert other.stat().st_size > 0
     shown = subprocess.run([*script, "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert shown.returncode == 0 and "usage" in shown.stdout
-    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "trace.db"]
     for _ in range(2):  # its own database is replaced, the second time too
         made = subprocess.run([*script, str(tmp_path / "shop.sqlite")], capture_output=True, text=True)
         assert made.returncode == 0, made.stderr

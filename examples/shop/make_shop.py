@@ -62,12 +62,25 @@ CREATE TABLE refunds (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL REFERENC
 """
 
 
+def _is_shop(path: Path) -> bool:
+    """Whether `path` is an SQLite file holding the shop's tables (what `build` made before)."""
+    try:
+        with path.open("rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                return False
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except (OSError, sqlite3.Error):
+        return False
+    return {"customers", "orders", "refunds"} <= tables
+
+
 def build(path: str | Path, *, seed: int = 7, customers: int = 40, orders: int = 400) -> Path:
-    """Write the database to `path` (replacing an SQLite file there, never any other file) and return the
+    """Write the database to `path` (replacing a shop database there, never any other file) and return the
     path."""
     path = Path(path)
-    if path.exists() and not (path.is_file() and path.read_bytes()[:16] == b"SQLite format 3\x00"):
-        raise SystemExit(f"{path} exists and is not an SQLite database: not replacing it")
+    if path.exists() and not _is_shop(path):
+        raise SystemExit(f"{path} exists and is not a shop database: not replacing it")
     path.unlink(missing_ok=True)
     rng = random.Random(seed)
     db = sqlite3.connect(path)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ReflexaError, RunLeased
-from ..models.spec import absolute_spec, configured_reflector_spec
+from ..models.spec import absolute_spec, configured_reflector_spec, configured_spec
 from .results import ResultsFile
 from .schema import TaskLine, read_tasks
 from .worker import BatchConfig, make_row, namespace, run_task, worker_store
@@ -97,6 +97,7 @@ def pick_executor(executor: str, model: str | None) -> str:
 
 def _check_backend(spec: str | None) -> None:
     """An unknown model backend is bad input: say so before any worker starts."""
+    from ..models.named import NAMED
     from ..models.registry import names
     from ..models.spec import FILE_BACKENDS
 
@@ -107,8 +108,9 @@ def _check_backend(spec: str | None) -> None:
         raise ConfigError(f"unknown model spec {spec!r}: no backend {kind!r}",
                           hint=f"registered backends: {', '.join(names())}")
     # A file a task's model reads (scripted:FILE, local:PATH.gguf) that is missing would stop the batch at
-    # that task; a named model (local:smollm2) is no path.
-    if kind in FILE_BACKENDS and ("/" in target or Path(target).suffix) and not Path(target).is_file():
+    # that task; a named model (local:smollm2, local:qwen1.5b, whose name has a "suffix") is no path.
+    named = kind == "local" and target in NAMED
+    if kind in FILE_BACKENDS and not named and ("/" in target or Path(target).suffix) and not Path(target).is_file():
         raise ConfigError(f"model file not found: {target} (model spec {spec!r})",
                           hint="a task's model file is relative to the tasks file's folder")
 
@@ -146,7 +148,11 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     model = absolute_spec(model, Path.cwd())
     if reflector_model is None:
         reflector_model = configured_reflector_spec()
-    reflector_model = absolute_spec(reflector_model.strip(), Path.cwd()) if reflector_model else None  # '': none
+    reflector_model = (reflector_model or "").strip()
+    # '' (or the run's own model) means no reflector of its own: each task's model reflects.
+    reflector_model = absolute_spec(reflector_model, Path.cwd()) if reflector_model else None
+    if reflector_model is not None and reflector_model == (model or configured_spec()):
+        reflector_model = None
     tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
     for spec in {model, reflector_model, *(t.model for t in tasks)}:
         _check_backend(spec)

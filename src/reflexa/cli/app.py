@@ -410,6 +410,9 @@ def plan_cmd(
 def resume(
     run_id: Annotated[str, typer.Argument(help="The unfinished run: its id or a unique prefix.")],
     model: ModelOpt = None,
+    reflector_model: Annotated[str | None, typer.Option("--reflector-model", help="Model spec for the reflector's "
+                               "calls; '' for the run's model. Default: the one the run started with.",
+                               show_default=False)] = None,
     as_json: JsonOpt = False,
     jsonl: JsonlOpt = False,
     quiet: QuietOpt = False,
@@ -426,6 +429,7 @@ def resume(
         if record.status == "finished":
             raise ConfigError(f"run {record.run_id[:12]} already finished ({record.stop_reason})")
         meta = record.meta
+        reflector = reflector_model if reflector_model is not None else _reflector_of(record)
         budget_data = {k: v for k, v in (meta.get("budget") or {}).items() if k in Budget.__dataclass_fields__}
         budget = Budget(**budget_data)
         if "parent" in meta:
@@ -446,16 +450,16 @@ def resume(
             result = _plan_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                budget=budget, max_steps=meta.get("max_steps", 8), plan_file=None,
                                validate=meta.get("validate"), replan=meta.get("replan", True), out=out,
-                               trace=trace, resume=record.run_id, reflector=_reflector_of(record))
+                               trace=trace, resume=record.run_id, reflector=reflector)
         elif record.loop == "react":
             result = _react_run(record.task, db=Path(meta["db"]), write=meta["write"], model=model or _spec_of(record),
                                 budget=budget, max_steps=meta.get("bound", 8), trials_count=1,
                                 validate=meta.get("validate"), experience=meta.get("experience", True), out=out,
-                                trace=trace, resume=record.run_id, reflector=_reflector_of(record))
+                                trace=trace, resume=record.run_id, reflector=reflector)
         elif record.loop == "refine":
-            result = _resume_refine(record, model, budget, out=out, trace=trace)
+            result = _resume_refine(record, model, reflector, budget, out=out, trace=trace)
         else:
-            result = _resume_research(record, model, budget, out=out, trace=trace)
+            result = _resume_research(record, model, reflector, budget, out=out, trace=trace)
         _finish_cli(result, out)
 
 
@@ -469,7 +473,7 @@ def _reflector_of(record) -> str:  # noqa: ANN001 - a RunRecord
     return record.meta.get("reflector_model_spec") or record.meta.get("reflector_model") or ""
 
 
-def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
+def _resume_refine(record, model, reflector, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     import os
 
     from ..loops.refine import refine as run_refine
@@ -480,6 +484,7 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     # Files named on this command line (and a relative $REFLEXA_TRACE) are where the user is now, not where
     # the run started.
     model = absolute_spec(model, Path.cwd())
+    reflector = absolute_spec(reflector, Path.cwd())
     trace = trace or trace_env()
     trace = trace if trace is None or is_url(trace) else str(Path(trace).resolve())
     if not Path(cli["cwd"]).is_dir():
@@ -491,7 +496,7 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     existed = target is not None and target.exists()
     checks = refine_checks(tests=Path(cli["tests"]) if cli["tests"] else None, check=cli["check"], out=cli["out"],
                            judge=cli["judge"], timeout=cli["timeout"])
-    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=_reflector_of(record))
+    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=reflector)
     result = run_cli(session, tracker, lambda: run_refine(record.task, checks, session=session, budget=budget,
                                                           max_attempts=record.meta.get("bound", 3),
                                                           context=record.meta.get("context", "latest"),
@@ -502,13 +507,13 @@ def _resume_refine(record, model, budget, *, out: Output, trace: str | None):  #
     return result
 
 
-def _resume_research(record, model, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
+def _resume_research(record, model, reflector, budget, *, out: Output, trace: str | None):  # noqa: ANN001, ANN202
     from ..loops.research import research as run_research
     from ..search import SearchCache
 
     cli = record.meta["cli"]
     backend = search_backend(cli["search"], Path(cli["corpus"]) if cli["corpus"] else None)
-    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=_reflector_of(record))
+    session, tracker = session_for(model or _spec_of(record), trace, out, reflector=reflector)
     result = run_cli(session, tracker, lambda: run_research(record.task, backend, session=session, budget=budget,
                                                             max_rounds=record.meta.get("bound", 2),
                                                             cache=SearchCache(session.store), meta={"cli": cli},

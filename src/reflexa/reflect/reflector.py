@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from .. import structured
+from ..errors import ModelError
 from ..structured import Text80, Text300
 from ..types import Control, Lesson, Role, Signal, cap, data
 
@@ -109,8 +110,14 @@ def reflect(run: Run, *, goal: str, facts: Sequence[str], failing_action: str, s
             snippet: str) -> tuple[Lesson | None, str]:
     """(lesson, "") or (None, why it was discarded). The raw reply goes to the trace only."""
     prompt = local_context(goal, facts, failing_action, signal, snippet)
-    reply = run.call(Role.REFLECTOR, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
-                     schema=Reflection, max_tokens=REPLY_TOKENS, reask=False)
+    try:
+        reply = run.call(Role.REFLECTOR, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+                         schema=Reflection, max_tokens=REPLY_TOKENS, reask=False)
+    except ModelError as exc:
+        if run.reflector_model is None:  # the run's own model failed: the run cannot go on
+            raise
+        # A reflector on its own model is optional help: its outage costs the lesson, not the run.
+        return None, f"the reflector model {run.reflector_model.name} failed: {exc}"[:300]
     if reply is None:
         return None, "no budget left"
     if reply.value is None:
