@@ -97,7 +97,7 @@ def pick_executor(executor: str, model: str | None) -> str:
 
 def _check_backend(spec: str | None) -> None:
     """An unknown model backend is bad input: say so before any worker starts."""
-    from ..models.named import NAMED
+    from ..models.named import is_named
     from ..models.registry import names
     from ..models.spec import FILE_BACKENDS
 
@@ -109,7 +109,7 @@ def _check_backend(spec: str | None) -> None:
                           hint=f"registered backends: {', '.join(names())}")
     # A file a task's model reads (scripted:FILE, local:PATH.gguf) that is missing would stop the batch at
     # that task; a named model (local:smollm2, local:qwen1.5b, whose name has a "suffix") is no path.
-    named = kind == "local" and target in NAMED
+    named = kind == "local" and is_named(target)
     if kind in FILE_BACKENDS and not named and ("/" in target or Path(target).suffix) and not Path(target).is_file():
         raise ConfigError(f"model file not found: {target} (model spec {spec!r})",
                           hint="a task's model file is relative to the tasks file's folder")

@@ -118,14 +118,14 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     governor, when the session has one, may cut it or the reflections for the task `family`."""
     model = session.resolved_model()
     family = family or loop
+    reflector = session.reflector_model if session.reflector_model is not model else None
     # Whether retries pay depends on who reflects too: a reflector on its own model keeps its own record.
-    reflector = session.reflector_model
-    roi_model = model.name if reflector is None or reflector is model else f"{model.name}+{reflector.name}"
+    roi_model = f"{model.name}+{reflector.name}" if reflector else model.name
     plan = (session.governor.plan(roi_model, family, task, bound, budget.max_reflections, cut=cut)
             if session.governor else Plan(bound, budget.max_reflections))
     run = Run(loop, task, model, budget=budget, store=session.store, observer=observe.attach(session.observer),
               meta={"family": family, "bound": bound, **(meta or {})}, resume=resume,
-              reflector_model=session.reflector_model)
+              reflector_model=reflector)
     engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
     if resume is not None:
         try:

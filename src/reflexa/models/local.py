@@ -19,7 +19,7 @@ from ..errors import ConfigError, ModelError, ModelNotInstalled
 from ..structured import Message
 from .base import Generation, Model, OnToken
 from .config import prompt_cache, threads
-from .named import DEFAULT, NAMED, NamedModel
+from .named import DEFAULT, NAMED, NamedModel, is_named
 from .weights import ensure
 
 INSTALL_HINT = "pip install 'reflexa[local]'"
@@ -155,7 +155,7 @@ class LocalModel(Model):
                  cache_prompts: bool | None = None) -> None:
         self.named: NamedModel | None = None
         path: Path | None = None
-        if target is None or (isinstance(target, str) and target in ("", *NAMED)):
+        if target is None or (isinstance(target, str) and is_named(target)):
             self.named = NAMED[str(target or DEFAULT)]
         else:
             path = check_gguf(Path(target))

@@ -117,3 +117,9 @@ NAMED: dict[str, NamedModel] = {m.name: m for m in (QWEN, QWEN_1_5B, SMOLLM2)}
 
 DEFAULT = "qwen"
 """The model `local` runs."""
+
+
+def is_named(target: str) -> bool:
+    """Whether a `local:` target names a model ('' is the default) rather than a file: a name wins over a
+    file of the same name (`./qwen` is the file)."""
+    return target in ("", *NAMED)
