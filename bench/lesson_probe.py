@@ -61,18 +61,18 @@ def main() -> None:
     if not (args.example / "task.md").is_file() or not (args.example / "test_solution.py").is_file():
         raise SystemExit(f"{args.example} has no task.md and test_solution.py")
     task, check = (args.example / "task.md").read_text(), PytestCheck(args.example / "test_solution.py")
-    run = Run("lesson-probe", task, resolve_model(args.model), budget=Budget())
-    asked = Run("lesson-probe", task, resolve_model(args.reflector_model), budget=Budget()) \
-        if args.reflector_model else run
+    run = Run("lesson-probe", task, resolve_model(args.model), budget=Budget(),
+              reflector_model=resolve_model(args.reflector_model) if args.reflector_model else None)
 
     candidate, verdict = attempt(run, task, [], check)
     print(f"1. first attempt: {'PASS' if verdict.status is Status.PASS else 'FAIL'}: {verdict.signals[0].message}")
     if verdict.status is Status.PASS:
         return
     failure = verdict.failing[0]
-    lesson, why = reflect(asked, goal=task, facts=[], failing_action=candidate, signal=failure,
+    lesson, why = reflect(run, goal=task, facts=[], failing_action=candidate, signal=failure,
                           snippet=_evidence(verdict))
-    print(f"2. reflector ({asked.model.name}): {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")
+    reflector = run.reflector_model or run.model
+    print(f"2. reflector ({reflector.name}): {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")
     given = lesson or signal_lesson(1, failure)
     for step, lessons in (("3. next attempt, refine's lesson", [given]),
                           ("4. next attempt, the written lesson", [WRITTEN[args.example.name]] if

@@ -264,3 +264,15 @@ def test_lesson_probe_tells_the_reflector_from_the_attempt(tmp_path):
     assert out[0].startswith("1. first attempt: FAIL") and out[1].endswith(": discarded (insufficient evidence)")
     assert out[2].startswith("3. next attempt, refine's lesson: FAIL (the first attempt again)")
     assert out[3] == "4. next attempt, the written lesson: PASS: 4 passed"
+
+
+def test_lesson_probe_asks_the_reflector_model_when_given_one(tmp_path):
+    wrong = "def rolling_max(numbers):\n    return numbers[1:]"
+    lesson = {"failure_step": "return numbers[1:]", "observed_mismatch": "assert [2, 3, 4] == [1, 2, 3, 4]",
+              "root_cause": "numbers[1:] drops the first element", "correction": "loop over every number"}
+    attempts, reflections = tmp_path / "a.json", tmp_path / "r.json"
+    attempts.write_text(json.dumps([f"```python\n{wrong}\n```"] * 3))  # no lesson here: a reflector call would fail
+    reflections.write_text(json.dumps([lesson]))
+    out = run("bench/lesson_probe.py", "--model", f"scripted:{attempts}",
+              "--reflector-model", f"scripted:{reflections}")
+    assert out.splitlines()[1].startswith("2. reflector (scripted): kept: ") and "drops the first element" in out
