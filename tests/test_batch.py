@@ -356,16 +356,23 @@ def test_ctrl_c_leaves_whole_results_and_a_rerun_finishes(tmp_path, executor):
     assert runs_per_task(trace, json.loads(out)["batch"]) == {f"t{i}": 1 for i in range(12)}
 
 
-def test_every_task_of_a_batch_reflects_on_the_reflector_model(tmp_path):
-    """--reflector-model reaches every worker: the tasks' own replies hold no lesson, so a reflector call
-    that went to them would fail the task. An unknown reflector backend is refused before any task runs."""
+@pytest.mark.parametrize("executor", ["local", "processes", "async"])
+def test_every_task_of_a_batch_reflects_on_the_reflector_model(tmp_path, executor):
+    """--reflector-model reaches every worker, whichever executor runs it (threads, worker processes that
+    rebuild the session from plain data, coroutines): the tasks' own replies hold no lesson, so a reflector
+    call that went to them would fail the task. An unknown reflector backend is refused before any task runs."""
     model = replies(tmp_path, "gen.json", [BAD, GOOD])
     reflector = replies(tmp_path, "ref.json", [LESSON])
     path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(2)])
     trace = str(tmp_path / "trace.db")
-    result = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "--reflector-model", reflector,
-                                      "--no-experience", "--json", "--trace", trace])
-    assert result.exit_code == 0 and json.loads(result.output)["passed"] == 2, result.output
+    if executor == "local":  # through the CLI flag
+        result = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "--reflector-model",
+                                          reflector, "--no-experience", "--json", "--trace", trace])
+        assert result.exit_code == 0 and json.loads(result.output)["passed"] == 2, result.output
+    else:
+        state = run_batch(path, "refine", store=trace, model=model, reflector_model=reflector, experience=False,
+                          executor=executor, concurrency=2)
+        assert state.passed == 2
     store = open_store(trace)
     runs = [r for r in store.runs(100) if r.meta.get("batch")]
     assert len(runs) == 2 and all(r.meta["reflector_model_spec"] == reflector for r in runs)

@@ -113,6 +113,14 @@ def test_show_has_times_status_and_distinct_errors(store):
     assert empty.exit_code == 2 and "no run id given" in empty.output
 
 
+def test_show_names_a_reflector_on_a_model_of_its_own(store):
+    without = store.runs()[0].run_id  # the fixture's run reflected on its own model
+    store.start_run(RunRecord("beadbead" * 4, "refine", "t", started_at=time.time(),
+                              meta={"model": "local:qwen", "reflector_model": "local:qwen1.5b"}))
+    assert "refine · model local:qwen · reflector local:qwen1.5b · " in invoke("show", "beadbead").output
+    assert "reflector" not in invoke("show", without).output.splitlines()[1]
+
+
 def test_show_prints_a_research_answer_with_its_references(store):
     answer = "Paris is the capital [1].\n\nReferences:\n[1] docs/france.md: Paris is the capital of France."
     store.start_run(RunRecord("feedface" * 4, "research", "capital of France?", started_at=time.time(),

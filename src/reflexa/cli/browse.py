@@ -163,7 +163,9 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
     """One run, step by step with timestamps, then its answer, usage and how to go on."""
     status = shown_status(record, store.lease(record.run_id), time.time())
     console.print(f"[bold]run {record.run_id}[/bold]", highlight=False)
-    console.print(f"{escape(record.loop)} · model {escape(str(record.meta.get('model')))} · "
+    # A reflector on a model of its own is named: a resume from Python must be given the same one.
+    reflector = f" · reflector {record.meta['reflector_model']}" if record.meta.get("reflector_model") else ""
+    console.print(f"{escape(record.loop)} · model {escape(str(record.meta.get('model')))}{escape(reflector)} · "
                   f"{escape(record.stop_reason or status)}", highlight=False, soft_wrap=True)
     ended = f", ended {datetime.fromtimestamp(record.ended_at):%Y-%m-%d %H:%M:%S}" if record.ended_at else ""
     took = human_duration(duration(record)) if status != "stale" else "unknown"
