@@ -9,7 +9,9 @@ applies each rule in place of `research_prompts.with_citations`. It scores citat
 citation is right when its (title, sentence) is a supporting fact). The answers' words are the model's, so
 F1 does not change; only which passages are cited does. Rules:
   landed       with_citations: a passage must hold a content word the answer adds to the question (an
-               answer that adds none, e.g. one that restates the question, keeps what it cites)
+               answer that adds none, e.g. one that restates the question, keeps what it cites); a revision
+               that quotes a sentence (traces since the quote) cites the one passage named that holds it
+  unquoted     the same without the quote: the rule before it
   top-K        the same, then only the K passages holding most of those words
   half         a passage must hold at least half of the words the answer adds
   restating    an answer that adds no word to the question (and is no yes/no) cites nothing
@@ -39,14 +41,15 @@ from reflexa.evaluate.citations import clean, strip_references
 from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, with_citations
 from reflexa.search import Evidence
 
-Rule = Callable[[str, list[int], list[Evidence], str], str]
+Rule = Callable[[str, list[int], list[Evidence], str, str], str]
+"""(answer, evidence named as used, evidence shown, question, quote) -> the answer with its citations."""
 
 
 def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bool = False,
          distinct: int | None = None, anchored: int | None = None) -> Rule:
-    """A variant of `with_citations` (the landed rule is rule() and gives its results)."""
+    """A variant of `with_citations` without the quote (rule() gives the unquoted rule's results)."""
 
-    def apply(answer: str, used: list[int], evidence: list[Evidence], question: str) -> str:
+    def apply(answer: str, used: list[int], evidence: list[Evidence], question: str, quote: str) -> str:  # noqa: ARG001
         words = content_words(_CITE.sub(" ", answer))
         added = words - content_words(question) - _YES_NO
         texts = [content_words(f"{e.title} {e.snippet}") for e in evidence]
@@ -82,6 +85,7 @@ def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bo
 
 RULES: dict[str, Rule] = {
     "landed": with_citations,
+    "unquoted": lambda answer, used, evidence, question, quote: with_citations(answer, used, evidence, question),
     "top-1": rule(top=1), "top-2": rule(top=2), "top-3": rule(top=3),
     "half": rule(half=True),
     "restating": rule(restating_cites_nothing=True),
@@ -159,7 +163,8 @@ def score(apply: Rule, runs: list[tuple[str, list[dict], dict | None, str]],
         answer = returned
         if last is not None:
             shown = [Evidence(e["id"], e["source"], e["title"], e["snippet"]) for e in evidence]
-            answer = apply(strip_references(last["answer"]), last["evidence_used"], shown, question)
+            answer = apply(strip_references(last["answer"]), last["evidence_used"], shown, question,
+                           last.get("quote", ""))
             answer = clean(answer, {n: e.source for n, e in enumerate(shown, start=1)})
         g, m, t = citation_scores(evidence, answer, rows[question])
         good, made, gold = good + g, made + m, gold + t

@@ -101,7 +101,7 @@ def every_time(question: str, row: dict[str, Any], model: Any) -> tuple[str, lis
         Role.GENERATOR, prompts.revise(question, draft.value, evidence, {}), schema=prompts.Revision, max_tokens=700
     )
     answer = (prompts.with_citations(revised.value.answer, revised.value.evidence_used,
-                                     [e for _, e in evidence], question)
+                                     [e for _, e in evidence], question, revised.value.quote)
               if revised is not None and revised.value is not None else draft.value.answer)
     result = run.finish(StopReason.PASSED, output=answer, best=answer, verdict=None, iterations=1)
     # A whole paragraph cited counts as its first sentence: the baseline cannot point any finer.

@@ -145,6 +145,27 @@ def test_inline_citations_of_passages_that_hold_nothing_the_answer_adds_are_cut(
     assert with_citations("Yes [1][2].", [], evidence, "Is Bisquick made in California?") == "Yes [1][2]."
 
 
+def test_a_quoted_sentence_decides_the_one_passage_cited():
+    from reflexa.loops.research_prompts import with_citations
+
+    evidence = [Evidence("a", "a", "Bisquick", "Bisquick is a baking mix sold by General Mills."),
+                Evidence("b", "b", "General Mills", "General Mills is headquartered in Golden Valley, Minnesota."),
+                Evidence("c", "c", "Everex", "Everex was headquartered in Fremont, California.")]
+    question = "In what state is the manufacturer of Bisquick headquartered?"
+    quote = "General Mills is headquartered in Golden Valley, Minnesota"
+    # Cited inline or named as used, the passage holding the quote is the one cited; the others are cut.
+    assert with_citations("Minnesota [1][2][3].", [], evidence, question, quote) == "Minnesota. [2]"
+    assert with_citations("Minnesota", [3, 2], evidence, question, quote) == "Minnesota [2]"
+    # Copied with a word changed, the quote is still found; a quote of no named passage is no citation.
+    assert with_citations("Minnesota", [2], evidence, question, quote.replace("is", "was")) == "Minnesota [2]"
+    assert with_citations("Minnesota", [1, 3], evidence, question, quote) == "Minnesota"
+    assert with_citations("Minnesota [1].", [2], evidence, question, "Minnesota is a state in the US") == "Minnesota."
+    # The quoted passage must still hold what the answer adds (a wrong answer next to a real quote).
+    assert with_citations("California", [2], evidence, question, quote) == "California"
+    # A yes/no answer adds nothing a passage could hold: the quote alone decides.
+    assert with_citations("No.", [1, 2], evidence, "Is Bisquick made in California?", quote) == "No. [2]"
+
+
 def test_vague_gaps_are_not_concrete():
     assert concrete_gaps(Gaps(missing=["more information", "details"], superfluous=[])) == []
     assert concrete_gaps(Gaps(missing=["the tower's height in metres"], superfluous=[])) == [
@@ -206,6 +227,21 @@ def test_evidence_named_as_used_is_cited_when_it_supports_what_the_answer_adds(c
     # [1] holds "Paris", which the answer adds to the question; [2] does not; [42] names no evidence.
     assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]"
     assert result.stop_reason is StopReason.PASSED
+
+
+def test_a_revision_cites_the_passage_that_holds_its_quote(corpus):
+    corpus, _ = corpus
+    first = draft("[UNCERTAIN: in France]", missing=["city of the Eiffel Tower"], queries=["Eiffel Tower height"])
+    quote = "The Eiffel Tower is a wrought-iron lattice tower in Paris"
+    revision = {**draft("The Eiffel Tower is in Paris [2][1]."), "evidence_used": [2], "quote": quote}
+    model = ScriptedModel([first, revision])
+    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=model))
+    assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]" and result.stop_reason is StopReason.PASSED
+    assert "quote" in model.prompts[1][-1]["content"]  # the revision is asked for it
+    made_up = {**revision, "quote": "The tower was painted green in 1999 by the city council"}
+    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=ScriptedModel([first, made_up])))
+    assert result.details["answer"] == "The Eiffel Tower is in Paris."
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED
 
 
 def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):

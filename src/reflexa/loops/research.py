@@ -253,7 +253,7 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
     if reply.value is not None:
         revision: prompts.Revision = reply.value
         revision.answer = prompts.with_citations(strip_references(revision.answer), revision.evidence_used,
-                                                 s.evidence, s.question)
+                                                 s.evidence, s.question, revision.quote)
         s.draft = revision
         ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
     return True
