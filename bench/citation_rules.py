@@ -12,6 +12,8 @@ F1 does not change; only which passages are cited does. Rules:
                answer that adds none, e.g. one that restates the question, keeps what it cites); a revision
                that quotes a sentence (traces since the quote) cites the one passage named that holds it
   unquoted     the same without the quote: the rule before it
+  quote anywhere  the first passage shown that holds the quote, named or not and whatever the answer adds
+               (the A/B that led to the quote); without a quote, the landed rule
   top-K        the same, then only the K passages holding most of those words
   half         a passage must hold at least half of the words the answer adds
   restating    an answer that adds no word to the question (and is no yes/no) cites nothing
@@ -38,7 +40,7 @@ from pathlib import Path
 from hotpotqa import DEFAULT_DATA, citation_scores
 
 from reflexa.evaluate.citations import clean, strip_references
-from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, with_citations
+from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, holds, with_citations
 from reflexa.search import Evidence
 
 Rule = Callable[[str, list[int], list[Evidence], str, str], str]
@@ -83,9 +85,20 @@ def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bo
     return apply
 
 
+def quoted_anywhere(answer: str, used: list[int], evidence: list[Evidence], question: str, quote: str) -> str:
+    """The A/B that led to the quote: the first passage shown that holds the quote, whatever was named."""
+    if not quote.strip():
+        return with_citations(answer, used, evidence, question)
+    found = [n for n, e in enumerate(evidence, start=1) if holds(e, quote)]
+    bare = re.sub(r"[ \t]+([.!?,;:])", r"\1", re.sub(r"[ \t]{2,}", " ", _CITE.sub(" ", answer))).strip()
+    return f"{bare} [{found[0]}]" if found else bare
+
+
 RULES: dict[str, Rule] = {
     "landed": with_citations,
     "unquoted": lambda answer, used, evidence, question, quote: with_citations(answer, used, evidence, question),
+    "quote anywhere": lambda answer, used, evidence, question, quote: quoted_anywhere(answer, used, evidence,
+                                                                                     question, quote),
     "top-1": rule(top=1), "top-2": rule(top=2), "top-3": rule(top=3),
     "half": rule(half=True),
     "restating": rule(restating_cites_nothing=True),
