@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +39,7 @@ from pathlib import Path
 from hotpotqa import DEFAULT_DATA, citation_scores
 
 from reflexa.evaluate.citations import clean, strip_references
-from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, holds, with_citations
+from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, holds, tidy, with_citations
 from reflexa.search import Evidence
 
 Rule = Callable[[str, list[int], list[Evidence], str, str], str]
@@ -78,7 +77,7 @@ def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bo
         if inline:
             kept = _CITE.sub(lambda m: m.group(0) if not 1 <= int(m.group(1)) <= len(evidence)
                              or int(m.group(1)) in keep else "", answer)
-            return re.sub(r"[ \t]+([.!?,;:])", r"\1", re.sub(r"[ \t]{2,}", " ", kept)).strip()
+            return tidy(kept)
         marks = "".join(f"[{n}]" for n in pool if n in keep)
         return f"{answer.rstrip()} {marks}" if marks else answer
 
@@ -90,7 +89,7 @@ def quoted_anywhere(answer: str, used: list[int], evidence: list[Evidence], ques
     if not quote.strip():
         return with_citations(answer, used, evidence, question)
     found = [n for n, e in enumerate(evidence, start=1) if holds(e, quote)]
-    bare = re.sub(r"[ \t]+([.!?,;:])", r"\1", re.sub(r"[ \t]{2,}", " ", _CITE.sub(" ", answer))).strip()
+    bare = tidy(_CITE.sub(" ", answer))
     return f"{bare} [{found[0]}]" if found else bare
 
 
