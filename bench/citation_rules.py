@@ -50,7 +50,7 @@ def rule(top: int | None = None, half: bool = False, restating_cites_nothing: bo
          distinct: int | None = None, anchored: int | None = None) -> Rule:
     """A variant of `with_citations` without the quote (rule() gives the unquoted rule's results)."""
 
-    def apply(answer: str, used: list[int], evidence: list[Evidence], question: str, quote: str) -> str:  # noqa: ARG001
+    def apply(answer: str, used: list[int], evidence: list[Evidence], question: str, quote: str) -> str:
         words = content_words(_CITE.sub(" ", answer))
         added = words - content_words(question) - _YES_NO
         texts = [content_words(f"{e.title} {e.snippet}") for e in evidence]
@@ -96,8 +96,7 @@ def quoted_anywhere(answer: str, used: list[int], evidence: list[Evidence], ques
 RULES: dict[str, Rule] = {
     "landed": with_citations,
     "unquoted": lambda answer, used, evidence, question, quote: with_citations(answer, used, evidence, question),
-    "quote anywhere": lambda answer, used, evidence, question, quote: quoted_anywhere(answer, used, evidence,
-                                                                                     question, quote),
+    "quote anywhere": quoted_anywhere,
     "top-1": rule(top=1), "top-2": rule(top=2), "top-3": rule(top=3),
     "half": rule(half=True),
     "restating": rule(restating_cites_nothing=True),
