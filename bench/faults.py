@@ -2,7 +2,7 @@
 verbose tools, each question with a checkable answer.
 
     .venv/bin/python bench/faults.py [--model local] [--reflector-model SPEC] [--steps 5] [--skip N]
-                                     [--out bench/results/faults.json]
+                                     [--limit N] [--name NAME]
 
 Strategies, side by side on the same tasks:
   (a) none        a plain ReAct loop: full history in the prompt, no reflection
@@ -10,28 +10,29 @@ Strategies, side by side on the same tasks:
   (c) reflexa     `react`: gate, classifier, experience library (run twice: pass 2 of a task reuses the
                   library pass 1 learnt on it and on every earlier task)
 `--reflector-model` gives reflexa's reflector a model of its own (the baselines' reflections stay on
---model); give it its own --out, so its experience library starts empty. Tasks run one after another,
+--model); give it its own --name, so its experience library starts empty. Tasks run one after another,
 every strategy in turn on each, so a run stopped part way (or `--limit N` over the tasks already done,
 which then only writes the report) compares the strategies on the same tasks.
 Reports success rate, tokens, model calls, reflector calls, the experience hit rate on the second pass,
 and steps from an error to the next clean step. Every strategy gets the same validator, which checks a final
 answer against the database (what the answer key holds) and says only that it does not match; an answer
-is never taken on trust. Rows go to a JSONL file beside --out as they finish, and a rerun resumes from
-them (the experience library lives in a SQLite file beside it too, so pass 2 still sees pass 1's).
+is never taken on trust. Rows go to bench/results/faults/rows.jsonl as they finish and a rerun resumes
+from them; the report goes to report.json, and reflexa's traces and experience library to traces.db
+beside them (kept across a resume, so pass 2 still sees pass 1's; not committed). NAME-... with --name.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import re
 import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _common import append_row, chosen_strategies, correct, load_shop, output, read_rows, suite_args, write_report
 
 from reflexa import (
     Budget,
@@ -80,15 +81,6 @@ class Task:
     fault: str
 
 
-def load_shop(path: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "make_shop", Path(__file__).parent.parent / "examples/shop/make_shop.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.build(path)
-
-
 def tasks(db: Path) -> list[Task]:
     with sqlite3.connect(db) as conn:
         truth = [(q, str(conn.execute(sql).fetchone()[0])) for q, sql in QUESTIONS]
@@ -121,15 +113,6 @@ def faulty_tools(db: Path, fault: str) -> list[Tool]:
             )
         )
     return wrapped
-
-
-def correct(answer: str | None, expected: str) -> bool:
-    if not answer:
-        return False
-    if re.fullmatch(r"-?\d+(\.\d+)?", expected):
-        numbers = re.findall(r"-?\d+(?:\.\d+)?", answer)
-        return any(float(n) == float(expected) for n in numbers)
-    return expected.lower() in answer.lower()
 
 
 def validator(expected: str) -> Any:
@@ -250,27 +233,20 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--reflector-model", default=None, help="a model of its own for reflexa's reflector")
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--skip", type=int, default=0, help="start after this many tasks (a second process on "
-                        "the other core can take the later ones; both append to the same rows file)")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
+    suite_args(parser, "faults", STRATEGIES, "tasks")
     args = parser.parse_args()
-    if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
-        raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
+    names = chosen_strategies(args.strategies, STRATEGIES)
     model = resolve_model(args.model)
     reflector = resolve_model(args.reflector_model) if args.reflector_model else None
-    rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
-    done = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out = output(args)
+    done = read_rows(out.rows)
     with tempfile.TemporaryDirectory() as tmp:
         db = load_shop(Path(tmp) / "shop.sqlite")
         suite = tasks(db)[: args.limit or None]
-        store = SQLiteStore(args.out.with_suffix(".db"))  # the experience library, kept across a resume
+        store = SQLiteStore(out.traces)  # the experience library, kept across a resume
         library = ExperienceLibrary(store)
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {},
                                   **({"reflector_model": reflector.name} if reflector else {})}
-        names = args.strategies.split(",")
         # Task by task, every strategy in turn: a run stopped part way compares the strategies on the same
         # tasks. Pass 2 of a task therefore sees the library pass 1 learnt on it and on every earlier task.
         for task in suite[args.skip:]:
@@ -279,8 +255,7 @@ def main() -> None:
                        for r in done):
                     continue
                 done.append(run_task(name, task, db, model, store, library, args.steps, reflector))
-                with rows_path.open("a") as handle:
-                    handle.write(json.dumps(done[-1], default=str) + "\n")
+                append_row(out.rows, done[-1])
         in_suite = {(t.question, t.fault) for t in suite}
         for name in names:
             rows = [r for r in done if r["strategy"] == name and (r["question"], r["fault"]) in in_suite]
@@ -298,9 +273,8 @@ def main() -> None:
                 + (f"  experience hit rate {summary['experience_hit_rate']}" if name.startswith("reflexa") else ""),
                 flush=True,
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"written to {args.out}")
+    write_report(out.report, report)
+    print(f"written to {out.report}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """HotpotQA (distractor setting) with `research`: answer quality, citation quality and cost, three ways.
 
     .venv/bin/python bench/hotpotqa.py [--model local] [--limit 60] [--strategies no-research,every-time,reflexa]
-                                       [--data ../shared/data/hotpotqa/...] [--out bench/results/hotpotqa.json]
-                                       [--skip N] [--report]
+                                       [--data ../shared/data/hotpotqa/...] [--name NAME] [--skip N] [--report]
 
 Each question's 10 paragraphs form its own corpus, one passage per sentence carrying title and sentence
 index, so a citation is correct when its (title, sentence) is among the question's supporting facts.
@@ -13,20 +12,23 @@ Reports exact match and F1 (SQuAD normalisation, on the answer with citations an
 often the gold answer appears inside the answer (a small model rarely answers in exactly the gold words),
 citation precision and recall against supporting_facts, and tokens and calls per question. Questions run
 one after another, every strategy in turn on each, so a run stopped part way compares them on the same
-questions; rows append as they finish and a rerun resumes from them.
+questions. Rows go to bench/results/hotpotqa/rows.jsonl as they finish and a rerun resumes from them; the
+report goes to report.json and reflexa's traces to traces.db beside them (not committed: the traces a
+figure needs are kept as traces.db.xz; bench/experiments/citation_rules.py reads either). NAME-... with --name.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import string
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from _common import DATA, append_row, chosen_strategies, output, read_rows, suite_args, write_report
 
 from reflexa import Budget, Session, SQLiteStore, resolve_model
 from reflexa.evaluate.citations import cited
@@ -36,7 +38,7 @@ from reflexa.runtime import Run
 from reflexa.search import Evidence, LocalCorpus
 from reflexa.types import Role, StopReason
 
-DEFAULT_DATA = Path(os.environ.get("REFLEXA_DATA", Path(__file__).parent.parent.parent / "shared" / "data"))
+HOTPOTQA = DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
 
 
 def normalise(text: str) -> str:
@@ -145,30 +147,22 @@ def summarise(totals: Counter, n: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local")
-    parser.add_argument("--limit", type=int, default=60)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--report", action="store_true", help="only write the report from the rows file")
-    parser.add_argument("--skip", type=int, default=0,
-                        help="start after this many questions (a second process on the other core can take the "
-                        "second half: both append to the same rows file; rerun without --skip for the report)")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/hotpotqa.json"))
+    parser.add_argument("--data", type=Path, default=HOTPOTQA)
+    suite_args(parser, "hotpotqa", STRATEGIES, "questions", limit=60)
     args = parser.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"HotpotQA data not found at {args.data}; pass --data or set REFLEXA_DATA")
-    if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
-        raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
-    rows = [json.loads(line) for line in args.data.read_text().splitlines()][: args.limit]
+    names = chosen_strategies(args.strategies, STRATEGIES)
+    rows = [json.loads(line) for line in args.data.read_text().splitlines()][: args.limit or None]
     model = resolve_model(args.model)
     report: dict[str, Any] = {"model": model.name, "questions": len(rows), "strategies": {}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out = output(args)
     # One row per (strategy, question), appended as it finishes: a rerun resumes where a run stopped.
-    rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
-    store = SQLiteStore(args.out.with_suffix(".db"))  # reflexa's traces, to read with `reflexa show --trace`
-    done = {(r["strategy"], r["id"]): r for r in map(json.loads, rows_path.read_text().splitlines())} \
-        if rows_path.exists() else {}
-    names = args.strategies.split(",")
-    def write_report() -> None:
+    store = SQLiteStore(out.traces)  # reflexa's traces, to read with `reflexa show --trace`
+    done = {(r["strategy"], r["id"]): r for r in read_rows(out.rows)}
+
+    def report_so_far() -> None:
         """Over the questions every strategy has answered (a second process may be working on others)."""
         complete = [r for r in rows if all((name, r["id"]) in done for name in names)]
         if not complete:
@@ -178,7 +172,7 @@ def main() -> None:
             for r in complete:
                 totals.update(done[(name, r["id"])]["metrics"])
             report["strategies"][name] = summarise(totals, len(complete))
-        args.out.write_text(json.dumps(report, indent=2))
+        write_report(out.report, report)
 
     # Question by question, every strategy in turn: a run stopped part way compares them on the same questions.
     todo = [] if args.report else rows[args.skip:]
@@ -187,12 +181,11 @@ def main() -> None:
             if (name, row["id"]) in done:
                 continue
             done[(name, row["id"])] = one_question(name, row, model, store)
-            with rows_path.open("a") as handle:
-                handle.write(json.dumps(done[(name, row["id"])]) + "\n")
+            append_row(out.rows, done[(name, row["id"])])
             print(f"  {name} {i}/{len(rows)} stop={done[(name, row['id'])]['stop']} "
                   f"f1={done[(name, row['id'])]['metrics']['f1']:.2f}", file=sys.stderr, flush=True)
-        write_report()  # after every question, so a long run that is stopped keeps what it measured
-    write_report()
+        report_so_far()  # after every question, so a long run that is stopped keeps what it measured
+    report_so_far()
     for name, summary in report["strategies"].items():
         print(
             f"{name:12s} EM {summary['exact_match']:.2f}  F1 {summary['f1']:.2f}  contains "
@@ -201,7 +194,7 @@ def main() -> None:
             f"calls/q {summary['calls_per_question']:.2f}",
             flush=True,
         )
-    print(f"written to {args.out}")
+    print(f"written to {out.report}")
 
 
 if __name__ == "__main__":

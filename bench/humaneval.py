@@ -1,10 +1,13 @@
 """HumanEval: reflexa's `refine` against a single attempt and two naive loops, on the same problems.
 
-    .venv/bin/python bench/humaneval.py [--problems 40] [--model local] [--strategies single,refine,n1,n2]
+    .venv/bin/python bench/humaneval.py [--problems 40] [--skip 0] [--model local]
+                                        [--strategies single,refine,n1,n2] [--ids A,B] [--name NAME]
 
-Strategies are described in bench/coding.py. Tests run in the sandbox; every strategy is scored by
-HumanEval's own tests. Rows go to bench/results/humaneval-rows.jsonl as they finish (a rerun resumes);
-the report to bench/results/humaneval.json. Run it alone on an idle machine: its seconds are wall time.
+Strategies are described in bench/_common.py. Tests run in the sandbox; every strategy is scored by
+HumanEval's own tests, which are also its check. Problems 0-39 are the tuning split (the default), 40-163
+the confirming one (--skip 40 --problems 164). Rows go to bench/results/humaneval/rows.jsonl as they finish
+(a rerun resumes), the report to report.json beside them (NAME-rows.jsonl and NAME-report.json with
+--name). Run it alone on an idle machine: its seconds are wall time.
 """
 
 from __future__ import annotations
@@ -14,14 +17,11 @@ import gzip
 import json
 import re
 from importlib.resources import files
-from pathlib import Path
 
-from coding import Problem, bench
+from _common import Problem, coding_args, run_coding
 
-from reflexa import CheckContext, PythonScriptCheck, resolve_model
+from reflexa import CheckContext, PythonScriptCheck
 from reflexa.types import Signal
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def load(n: int) -> list[dict]:
@@ -66,29 +66,9 @@ def problems(n: int) -> list[Problem]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=40)
-    parser.add_argument("--model", default="local")
-    parser.add_argument("--reflector-model", default=None, help="the reflector's own model, for refine-reflector")
-    parser.add_argument("--strategies", default="single,refine,n1,n2")
-    parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--ids", default="", help="only these task ids, comma-separated (a tuning subset)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
-    parser.add_argument("--name", default="humaneval", help="file stem under bench/results/")
+    coding_args(parser, "humaneval", problems=40)
     args = parser.parse_args()
-    model = resolve_model(args.model)
-    reflector = resolve_model(args.reflector_model) if args.reflector_model else None
-    chosen = [p for p in problems(args.problems) if not args.ids or p.id in args.ids.split(",")]
-    report = bench(
-        chosen,
-        model,
-        args.strategies.split(","),
-        args.results / f"{args.name}-rows.jsonl",
-        args.results / f"{args.name}.json",
-        args.max_tokens,
-        {"model": model.name, "bench": "humaneval", **({"reflector_model": reflector.name} if reflector else {})},
-        reflector,
-    )
-    print(json.dumps(report, indent=2))
+    run_coding(args, lambda: problems(args.problems), {"bench": "humaneval"})
 
 
 if __name__ == "__main__":

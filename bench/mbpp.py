@@ -1,11 +1,15 @@
 """MBPP with hidden tests: the loop sees only the first assert, and is scored on all of them, so a fix that
 fits the visible test but not the task shows up.
 
-    .venv/bin/python bench/mbpp.py [--problems 100] [--model local] [--strategies single,refine,n1,n2] [--ids A,B]
+    .venv/bin/python bench/mbpp.py [--problems 100] [--skip 0] [--model local]
+                                   [--strategies single,refine,n1,n2] [--ids A,B] [--name NAME]
+    .venv/bin/python bench/mbpp.py --strategies refine --name NAME --merge     # a recheck over the full run
 
-Data: ../shared/data/mbpp/mbpp-py-dev.jsonl (or --data). The task names the visible test; the hidden ones
-are the rest of the problem's asserts. Reports visible pass, hidden pass (all asserts) and the
-visible-pass-but-hidden-fail count per strategy. Rows resume from bench/results/mbpp-rows.jsonl.
+Data: ../shared/data/mbpp/mbpp-py-dev.jsonl (or --data, or $REFLEXA_DATA). Problems 1-100 are the tuning
+split (the default), 101-300 the confirming one (--skip 100 --problems 300). The task names the visible
+test; the hidden ones are the rest of the problem's asserts. Reports visible pass, hidden pass (all asserts)
+and the visible-pass-but-hidden-fail count per strategy. Rows go to bench/results/mbpp/rows.jsonl as they
+finish (a rerun resumes), the report to report.json beside them (NAME-... with --name).
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import argparse
 import json
 from pathlib import Path
 
-from coding import Problem, bench
+from _common import DATA as SHARED
+from _common import Problem, coding_args, run_coding
 
-from reflexa import CheckContext, PythonScriptCheck, resolve_model
+from reflexa import CheckContext, PythonScriptCheck
 
-RESULTS = Path(__file__).parent / "results"
-DATA = Path(__file__).parent.parent.parent / "shared" / "data" / "mbpp" / "mbpp-py-dev.jsonl"
+DATA = SHARED / "mbpp" / "mbpp-py-dev.jsonl"
 
 
 def asserts(test: str) -> list[str]:
@@ -35,6 +39,8 @@ def checks(row: dict) -> tuple[PythonScriptCheck, PythonScriptCheck, str]:
 
 
 def problems(path: Path, n: int) -> list[Problem]:
+    if not path.is_file():
+        raise SystemExit(f"MBPP data not found: {path} (give --data or set REFLEXA_DATA)")
     out = []
     for line in path.read_text().splitlines()[:n]:
         row = json.loads(line)
@@ -74,34 +80,10 @@ class Prefixed:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=100)
-    parser.add_argument("--model", default="local")
-    parser.add_argument("--reflector-model", default=None, help="the reflector's own model, for refine-reflector")
+    coding_args(parser, "mbpp", problems=100)
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--strategies", default="single,refine,n1,n2")
-    parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--ids", default="", help="only these task ids, comma-separated (a recheck subset)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder for the rows and the report")
-    parser.add_argument("--name", default="mbpp", help="file stem under bench/results/")
-    parser.add_argument("--skip", type=int, default=0, help="start after this many problems (a second process "
-                        "on the other core can take the later ones; both append to the same rows file)")
     args = parser.parse_args()
-    if not args.data.is_file():
-        raise SystemExit(f"MBPP data not found: {args.data} (give --data)")
-    model = resolve_model(args.model)
-    reflector = resolve_model(args.reflector_model) if args.reflector_model else None
-    report = bench(
-        [p for p in problems(args.data, args.problems)[args.skip:] if not args.ids or p.id in args.ids.split(",")],
-        model,
-        args.strategies.split(","),
-        args.results / f"{args.name}-rows.jsonl",
-        args.results / f"{args.name}.json",
-        args.max_tokens,
-        {"model": model.name, "bench": "mbpp", "visible_tests": 1,
-         **({"reflector_model": reflector.name} if reflector else {})},
-        reflector,
-    )
-    print(json.dumps(report, indent=2))
+    run_coding(args, lambda: problems(args.data, args.problems), {"bench": "mbpp", "visible_tests": 1})
 
 
 if __name__ == "__main__":

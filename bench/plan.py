@@ -1,7 +1,7 @@
 """`plan` against a single `react` on composite questions over the generated shop database.
 
-    .venv/bin/python bench/plan.py [--model local] [--steps 4] [--out bench/results/plan.json]
-    .venv/bin/python bench/plan.py --model smoke --out /tmp/plan-smoke.json     # the plumbing, no real model
+    .venv/bin/python bench/plan.py [--model local] [--steps 4] [--limit N] [--skip N] [--name NAME]
+    .venv/bin/python bench/plan.py --model smoke --results /tmp/plan-smoke     # the plumbing, no real model
 
 24 tasks, each needing 2 to 4 dependent lookups with one checkable final answer (6 kinds x 4 instances).
 A third of them carry a fault in one helper tool: "fatal" (it says it can never work) or "flaky" (it
@@ -12,13 +12,13 @@ fails every call with a 503 that invites a retry). Strategies, in one run, on th
 No strategy gets a validator: the answer key is used only to score. Reported per strategy: tasks right,
 tokens, model calls, and, for the plan strategies, how often a later unit ran a tool (or an argument value)
 that an earlier unit had blocked (must be 0: read from the trace, every executed call counted). Rows go to
-a JSONL file beside --out as they finish, and a rerun resumes from them.
+bench/results/plan/rows.jsonl as they finish and a rerun resumes from them; the report goes to report.json
+beside them (NAME-... with --name).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sqlite3
@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _common import append_row, chosen_strategies, correct, load_shop, output, read_rows, suite_args, write_report
 
 from reflexa import Model, Result, Session, SQLiteStore, Tool, ToolError, ToolRegistry, plan, react, resolve_model, tool
 from reflexa.loops.plan import Propagated
@@ -102,14 +104,6 @@ class Task:
     fault_tool: str
 
 
-def load_shop(path: Path) -> Path:
-    maker = Path(__file__).parent.parent / "examples/shop/make_shop.py"
-    spec = importlib.util.spec_from_file_location("make_shop", maker)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.build(path)
-
-
 def tasks(db: Path) -> list[Task]:
     found = []
     with sqlite3.connect(db) as conn:
@@ -171,14 +165,6 @@ def shop_tools(db: Path, fault: str, fault_tool: str) -> list[Tool]:
     from reflexa import sql_tools
 
     return [order_info, customer_info, find_customer, product_info, *sql_tools(db)]
-
-
-def correct(answer: str | None, expected: str) -> bool:
-    if not answer:
-        return False
-    if re.fullmatch(r"-?\d+(\.\d+)?", expected):
-        return any(float(n) == float(expected) for n in re.findall(r"-?\d+(?:\.\d+)?", answer))
-    return expected.lower() in answer.lower()
 
 
 def blocked_uses(store: SQLiteStore, result: Result) -> tuple[int, int]:
@@ -270,39 +256,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local", help="a model spec, or `smoke` for the plumbing check")
     parser.add_argument("--steps", type=int, default=4, help="steps per sub-goal (react gets sub-goals x steps)")
-    parser.add_argument("--limit", type=int, default=0, help="run only the first N tasks (a quick check)")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--skip", type=int, default=0, help="start after this many tasks (a second process on "
-                        "the other core can take the later ones; both append to the same rows file)")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/plan.json"))
+    suite_args(parser, "plan", STRATEGIES, "tasks")
     args = parser.parse_args()
-    if unknown := set(args.strategies.split(",")) - set(STRATEGIES):
-        raise SystemExit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
-    rows_path = args.out.with_name(args.out.stem + "-rows.jsonl")
-    done = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    names = chosen_strategies(args.strategies, STRATEGIES)
+    out = output(args)
+    done = read_rows(out.rows)
     with tempfile.TemporaryDirectory() as tmp:
         db = load_shop(Path(tmp) / "shop.sqlite")
         suite = tasks(db)[: args.limit or None]
         model = Smoke({t.question: t.tree for t in suite}) if args.model == "smoke" else resolve_model(args.model)
         store = SQLiteStore(Path(tmp) / "trace.db")
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {}}
-        for name in args.strategies.split(","):
+        for name in names:
             rows = [r for r in done if r["strategy"] == name and any(t.id == r["task"] for t in suite)]
             for task in suite[args.skip:]:
                 if any(r["task"] == task.id for r in rows):
                     continue
                 rows.append(run_task(name, task, db, model, store, args.steps))
-                with rows_path.open("a") as handle:
-                    handle.write(json.dumps(rows[-1], default=str) + "\n")
+                append_row(out.rows, rows[-1])
             summary = summarise(rows)
             report["strategies"][name] = {**summary, "rows": rows}
             print(f"{name:13s} right {summary['right']:2d}/{summary['tasks']}  by fault {summary['right_by_fault']}  "
                   f"tokens/task {summary['tokens_per_task']:7.0f}  calls/task {summary['calls_per_task']:5.2f}  "
                   f"blocks propagated {summary['blocks_propagated']}  blocked tools used later "
                   f"{summary['blocked_uses']}", flush=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"written to {args.out}")
+    write_report(out.report, report)
+    print(f"written to {out.report}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""The benchmark scripts still run (with the scripted model and tiny sizes); their figures come from bench/."""
+"""The benchmark scripts still run (with the scripted model and tiny sizes); their figures are in bench/README.md."""
 
 import json
+import lzma
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
+RESULTS = ROOT / "bench" / "results"
 
 
 def run(*args: str) -> str:
@@ -15,7 +17,7 @@ def run(*args: str) -> str:
 
 
 def test_loop_overhead_script():
-    out = run("bench/loop_overhead.py", "--iterations", "20", "--repeats", "1")
+    out = run("bench/speed/loop_overhead.py", "--iterations", "20", "--repeats", "1")
     assert "refine, sqlite store" in out and "import reflexa" in out
 
 
@@ -26,28 +28,28 @@ def test_faults_script(tmp_path):
             [{"action": {"thought": f"t{i}", "tool": "final_answer", "args": {"answer": "400"}}} for i in range(100)]
         )
     )
-    out_file = tmp_path / "faults.json"
     out = run(
-        "bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2", "--out", str(out_file),
+        "bench/faults.py", "--model", f"scripted:{replies}", "--limit", "2", "--steps", "2", "--results", str(tmp_path),
         "--reflector-model", f"scripted:{replies}",
     )
-    report = json.loads(out_file.read_text())
+    report = json.loads((tmp_path / "report.json").read_text())
     assert report["reflector_model"] == "scripted"
     assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
     assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
-    assert "experience hit rate" in out
+    assert "experience hit rate" in out and (tmp_path / "traces.db").is_file()
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 8  # 2 tasks x 4 strategies
 
 
 def test_react_memory_script(tmp_path):
     out_file = tmp_path / "react_memory.json"
-    out = run("bench/react_memory.py", "--steps", "4", "--out", str(out_file))
+    out = run("bench/speed/react_memory.py", "--steps", "4", "--out", str(out_file))
     report = json.loads(out_file.read_text())
     assert report["runs"]["react"]["steps"] == 4 and report["heavy_modules_loaded"] == []
     assert report["react_mb"] > 0 and report["import_reflexa_mb"] > 0 and "ru_maxrss MiB" in out
 
 
 def test_search_speed_script():
-    out = run("bench/search_speed.py", "--passages", "2000", "--queries", "20")
+    out = run("bench/speed/search_speed.py", "--passages", "2000", "--queries", "20")
     assert "p50" in out and "cache hit" in out
 
 
@@ -64,26 +66,38 @@ def test_hotpotqa_script(tmp_path):
     }
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps([draft] * 40))
-    out_file = tmp_path / "h.json"
-    run(
-        "bench/hotpotqa.py",
-        "--model",
-        f"scripted:{replies}",
-        "--limit",
-        "2",
-        "--data",
-        str(data),
-        "--out",
-        str(out_file),
-    )
-    report = json.loads(out_file.read_text())
+    run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--data", str(data),
+        "--results", str(tmp_path))
+    report = json.loads((tmp_path / "report.json").read_text())
     assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
     # The citation rules replayed on those traces: the landed rule gives the bench's own figure.
-    replayed = run("bench/citation_rules.py", "--db", str(out_file.with_suffix(".db")), "--data", str(data))
+    replayed = run("bench/experiments/citation_rules.py", "--db", str(tmp_path / "traces.db"), "--data", str(data))
     landed = next(line for line in replayed.splitlines() if line.strip().startswith("landed"))
     precision = report["strategies"]["reflexa"]["citation_precision"]
     assert "2 research runs" in replayed and replayed.count("picked on ") == 4  # the split-half check too
     assert (f"precision {precision:.2f}" if precision is not None else "no citations") in landed
+    # Traces kept compressed read the same.
+    packed = tmp_path / "kept-traces.db.xz"
+    packed.write_bytes(lzma.compress((tmp_path / "traces.db").read_bytes()))
+    again = run("bench/experiments/citation_rules.py", "--db", str(packed), "--data", str(data))
+    assert again.replace(str(packed), "") == replayed.replace(str(tmp_path / "traces.db"), "")
+
+
+def test_citation_rules_reproduce_the_hotpotqa_figures_from_the_kept_traces():
+    data = ROOT.parent / "shared" / "data" / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
+    if not data.is_file():
+        import pytest
+
+        pytest.skip("shared HotpotQA data not beside the checkout")
+    # bench/README.md's figures: the run with the quote (its .db.xz is read when no .db is there) ...
+    lines = run("bench/experiments/citation_rules.py", "--data", str(data)).splitlines()
+    rule = {line.split("precision")[0].strip(): line.split("precision")[1].split() for line in lines[1:18]}
+    assert rule["landed"][:4] == ["0.93", "(14", "/", "15)"] and rule["quote anywhere"][0] == "0.80"
+    assert rule["unquoted"][0] == "0.47" and rule["unquoted"][-1] == "0.28"
+    # ... and the run before it, under the word rules.
+    before = run("bench/experiments/citation_rules.py", "--db", str(RESULTS / "hotpotqa" / "6ada496-traces.db.xz"),
+                 "--data", str(data))
+    assert "anchored-2, rest., top-2 precision 0.86 (18 / 21)   recall 0.12" in before
 
 
 def coding_replies(tmp_path, code: str) -> str:
@@ -97,12 +111,15 @@ def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
     spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
     args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
     run(*args)
-    report = json.loads((tmp_path / "humaneval.json").read_text())
+    report = json.loads((tmp_path / "report.json").read_text())
     assert set(report["strategies"]) == {"single", "refine", "n1", "n2"}
-    rows = (tmp_path / "humaneval-rows.jsonl").read_text().splitlines()
+    rows = (tmp_path / "rows.jsonl").read_text().splitlines()
     assert len(rows) == 4
     run(*args)  # a rerun skips the rows already there
-    assert len((tmp_path / "humaneval-rows.jsonl").read_text().splitlines()) == 4
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
+    run(*args, "--name", "other", "--strategies", "single")  # a named run has files of its own
+    assert json.loads((tmp_path / "other-report.json").read_text())["strategies"]["single"]["problems"] == 1
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
 
 
 def test_refine_reflector_runs_beside_refine_and_needs_a_reflector_model(tmp_path):
@@ -113,7 +130,7 @@ def test_refine_reflector_runs_beside_refine_and_needs_a_reflector_model(tmp_pat
     lessons.write_text(json.dumps([lesson] * 5))
     args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
     run(*args, "--strategies", "refine,refine-reflector", "--reflector-model", f"scripted:{lessons}")
-    report = json.loads((tmp_path / "humaneval.json").read_text())
+    report = json.loads((tmp_path / "report.json").read_text())
     assert report["reflector_model"] == "scripted" and set(report["strategies"]) == {"refine", "refine-reflector"}
     refused = subprocess.run([sys.executable, *args, "--strategies", "refine-reflector", "--name", "other"], cwd=ROOT,
                              capture_output=True, text=True, timeout=240)
@@ -124,7 +141,7 @@ def test_coding_bench_alternates_the_strategies_order_problem_by_problem(tmp_pat
     spec = coding_replies(tmp_path, "def f():\n    return 0")
     run("bench/humaneval.py", "--model", spec, "--problems", "3", "--strategies", "single,n2",
         "--results", str(tmp_path))
-    rows = [json.loads(line) for line in (tmp_path / "humaneval-rows.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [(r["id"], r["strategy"]) for r in rows] == [
         ("HumanEval/0", "single"), ("HumanEval/0", "n2"), ("HumanEval/1", "n2"), ("HumanEval/1", "single"),
         ("HumanEval/2", "single"), ("HumanEval/2", "n2")]
@@ -139,7 +156,7 @@ def test_mbpp_script_scores_hidden_tests(tmp_path):
     # Fits the visible test (volume_cube(3) == 27) and fails the hidden ones.
     spec = coding_replies(tmp_path, "def volume_cube(l):\n    return 27")
     run("bench/mbpp.py", "--model", spec, "--problems", "1", "--results", str(tmp_path), "--strategies", "single")
-    single = json.loads((tmp_path / "mbpp.json").read_text())["strategies"]["single"]
+    single = json.loads((tmp_path / "report.json").read_text())["strategies"]["single"]
     assert single["visible_pass"] == 1 and single["solved"] == 0 and single["visible_pass_hidden_fail"] == 1
 
 
@@ -147,7 +164,7 @@ def test_threads_script(tmp_path, embedded):
     # SmolLM2, one thread count and a handful of tokens: this checks that the script runs, not how fast
     # anything is (two threads beside a busy process take minutes on a loaded two-core machine).
     out_file = tmp_path / "threads.json"
-    out = run("bench/threads.py", "--model", "smollm2", "--threads", "1", "--tokens", "6", "--max-seconds", "5",
+    out = run("bench/speed/threads.py", "--model", "smollm2", "--threads", "1", "--tokens", "6", "--max-seconds", "5",
               "--out", str(out_file))
     report = json.loads(out_file.read_text())
     assert [(r["threads"], r["neighbour"]) for r in report["runs"]] == [(1, "none"), (1, "one busy process")]
@@ -155,20 +172,20 @@ def test_threads_script(tmp_path, embedded):
 
 
 def test_plan_script_runs_every_strategy_and_resumes(tmp_path):
-    out_file = tmp_path / "plan.json"
-    out = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "4", "--out", str(out_file))
-    report = json.loads(out_file.read_text())
+    args = ("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "4", "--results", str(tmp_path))
+    out = run(*args)
+    report = json.loads((tmp_path / "report.json").read_text())
     assert set(report["strategies"]) == {"react", "plan", "plan-planner"} and report["tasks"] == 4
     plan = report["strategies"]["plan"]
     assert plan["blocks_propagated"] == 2 and plan["blocked_uses"] == 0  # the fatal and the flaky task
     assert [r["stop"] for r in plan["rows"]] == ["ANSWERED_UNVERIFIED"] * 4
     assert report["strategies"]["react"]["rows"][0]["subgoals"] == 2 and "blocked tools used later 0" in out
-    again = run("bench/plan.py", "--model", "smoke", "--limit", "4", "--steps", "4", "--out", str(out_file))
+    again = run(*args)
     assert again.count("right  0/4") == 3  # resumed from the rows file: nothing runs twice
-    assert len((tmp_path / "plan-rows.jsonl").read_text().splitlines()) == 12
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 12
 
 
-def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path):
+def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path, monkeypatch):
     import importlib.util
 
     from reflexa import Budget, Control, Lesson, ScriptedModel, SQLiteStore
@@ -177,6 +194,7 @@ def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path):
     from reflexa.runtime import Run
     from reflexa.types import Result, StopReason
 
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # plan.py imports bench/_common.py, as a script does
     spec = importlib.util.spec_from_file_location("plan_bench", ROOT / "bench" / "plan.py")
     bench = importlib.util.module_from_spec(spec)
     sys.modules["plan_bench"] = bench  # its dataclasses look their module up
@@ -191,19 +209,6 @@ def test_plan_script_counts_a_blocked_tool_a_later_unit_ran(tmp_path):
     units = [{"run_id": first.run_id}, {"run_id": later.run_id}]
     result = Result(None, None, None, StopReason.ERROR, {}, parent.run_id, details={"subgoals": units})
     assert bench.blocked_uses(store, result) == (1, 1)
-
-
-def test_revision_prompts_script_tells_a_pass_from_a_repeat(tmp_path):
-    wrong = "def has_close_elements(numbers, threshold):\n    return False"
-    right = ("def has_close_elements(numbers, threshold):\n"
-             "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])")
-    replies = tmp_path / "r.json"
-    # The first attempt, then one revision per variant: diag fixes it, cur repeats it.
-    replies.write_text(json.dumps([f"```python\n{wrong}\n```", f"It always says False.\n```python\n{right}\n```",
-                                   f"```python\n{wrong}\n```"]))
-    out = run("bench/revision_prompts.py", "HumanEval/0", "--variants", "diag,cur", "--model", f"scripted:{replies}")
-    line = json.loads(out.split(" ", 1)[1])
-    assert line["diag"][0] == "PASS" and line["cur"][0] == "same" and line["diag_said"] == "It always says False."
 
 
 def test_reflector_prompts_script_counts_kept_lessons(tmp_path):
@@ -224,13 +229,23 @@ def test_reflector_prompts_script_counts_kept_lessons(tmp_path):
     vacuous = {**lesson, "observed_mismatch": "insufficient evidence"}
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps([lesson, vacuous]))
-    out = run("bench/reflector_prompts.py", "--db", str(db), "--model", f"scripted:{replies}")
+    out = run("bench/experiments/reflector_prompts.py", "--db", str(db), "--model", f"scripted:{replies}")
     rows = [json.loads(line) for line in out.splitlines()]
     assert rows[0]["landed"][0] == "kept" and rows[0]["nohatch"][0] == "discarded"
     assert rows[-1] == {"prompts": 1, "kept": {"landed": 1, "nohatch": 0}}
 
 
-def test_recheck_merges_a_recheck_into_the_full_run_and_refuses_rows_that_could_move(tmp_path):
+def test_reflector_prompts_kept_traces_hold_the_recorded_runs_prompts(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "experiments"))
+    import reflector_prompts
+    from _common import trace_db
+
+    with trace_db(RESULTS / "experiments" / "reflector_prompts-traces.db") as db:  # read from its .db.xz
+        assert len(reflector_prompts.stored_prompts(db)) == 19  # as in reflector_prompts.log
+
+
+def test_a_recheck_merges_into_the_full_run_and_refuses_rows_that_could_move(tmp_path):
     def row(strategy, id, passed, calls=1, stop="PASSED", first=None):
         return {"strategy": strategy, "id": id, "first_passed": passed if first is None else first, "passed": passed,
                 "visible_passed": passed, "tokens": 100 * calls, "calls": calls, "attempts": calls, "seconds": 1.0,
@@ -242,9 +257,11 @@ def test_recheck_merges_a_recheck_into_the_full_run_and_refuses_rows_that_could_
     write("full", [row("single", "a", True), row("single", "b", False), row("refine", "a", True),
                    row("refine", "b", False, calls=3, stop="NO_PROGRESS")])
     write("re", [row("refine", "b", True, calls=2, first=False)])
-    args = ("bench/recheck.py", "--full", "full", "--recheck", "re", "--results", str(tmp_path))
+    args = ("bench/humaneval.py", "--merge", "--full", "full", "--name", "re", "--strategies", "refine",
+            "--results", str(tmp_path))
     merged = json.loads(run(*args))["strategies"]["refine"]
     assert merged["solved"] == 2 and merged["fail_to_pass"] == 1 and merged["calls_per_problem"] == 1.5
+    assert json.loads((tmp_path / "re-merged.json").read_text())["strategies"]["refine"] == merged
     write("re", [])  # b was not rechecked, and its full-run row (3 calls) could move
     out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "could move" in out.stderr
@@ -260,7 +277,7 @@ def test_lesson_probe_tells_the_reflector_from_the_attempt(tmp_path):
     # The first attempt, the reflector's discarded lesson, the attempt with refine's lesson, with the written one.
     replies.write_text(json.dumps([f"```python\n{wrong}\n```", vacuous, f"```python\n{wrong}\n```",
                                    f"```python\n{right}\n```"]))
-    out = run("bench/lesson_probe.py", "--model", f"scripted:{replies}").splitlines()
+    out = run("bench/experiments/lesson_probe.py", "--model", f"scripted:{replies}").splitlines()
     assert out[0].startswith("1. first attempt: FAIL") and out[1].endswith(": discarded (insufficient evidence)")
     assert out[2].startswith("3. next attempt, refine's lesson: FAIL (the first attempt again)")
     assert out[3] == "4. next attempt, the written lesson: PASS: 4 passed"
@@ -273,6 +290,6 @@ def test_lesson_probe_asks_the_reflector_model_when_given_one(tmp_path):
     attempts, reflections = tmp_path / "a.json", tmp_path / "r.json"
     attempts.write_text(json.dumps([f"```python\n{wrong}\n```"] * 3))  # no lesson here: a reflector call would fail
     reflections.write_text(json.dumps([lesson]))
-    out = run("bench/lesson_probe.py", "--model", f"scripted:{attempts}",
+    out = run("bench/experiments/lesson_probe.py", "--model", f"scripted:{attempts}",
               "--reflector-model", f"scripted:{reflections}")
     assert out.splitlines()[1].startswith("2. reflector (scripted): kept: ") and "drops the first element" in out
