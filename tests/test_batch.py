@@ -56,7 +56,7 @@ def runs_per_task(target: str, batch: str) -> dict[str, int]:
 # --- the tasks file ---------------------------------------------------------------------------------------
 
 def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
-    (tmp_path / "t.py").write_text("def test_x(): pass\n")
+    (tmp_path / "t.py").write_text("from solution import f\n\n\ndef test_x():\n    assert f\n")
     (tmp_path / "empty_test.py").write_text("from solution import f\n")
     path = write_tasks(tmp_path, [
         {"task": "ok", "regex": "x"},
@@ -136,16 +136,17 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
     result = CliRunner().invoke(app, ["batch", str(path), "--loop", "react", "--trace", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and "line 1: db: required" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["batch", str(path), "--loop", "nope"])
-    assert result.exit_code == 2 and "unknown loop" in result.output
+    assert result.exit_code == 2 and "loop: Input should be" in result.output
     result = CliRunner().invoke(app, ["batch", str(tmp_path / "none.jsonl"), "--loop", "refine"])
     assert result.exit_code == 2 and "tasks file not found" in result.output
 
 
 def test_paths_are_relative_to_the_tasks_file(tmp_path):
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "test_it.py").write_text("def test_x(): pass\n")
+    (tmp_path / "sub" / "test_it.py").write_text("from solution import f\n\n\ndef test_x():\n    assert f\n")
     (task,) = read_tasks(write_tasks(tmp_path / "sub", [{"task": "t", "tests": "test_it.py"}]), "refine")
-    assert task.tests == str((tmp_path / "sub" / "test_it.py").resolve()) and task.key == "line-1"
+    assert task.spec.tests == str((tmp_path / "sub" / "test_it.py").resolve()) and task.key == "line-1"
+    assert task.spec.workdir == str((tmp_path / "sub").resolve())
 
 
 # --- running and re-running -------------------------------------------------------------------------------
@@ -171,12 +172,13 @@ def test_a_batch_runs_every_task_once_and_a_rerun_skips_them(tmp_path):
 
 def test_a_run_that_fails_is_a_result_and_the_exit_code_says_so(tmp_path):
     model = replies(tmp_path, "bad.json", [BAD] * 10)
-    path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD", "max_iterations": 1}])
+    path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD", "max_attempts": 1}])
     result = CliRunner().invoke(app, ["batch", str(path), "-l", "refine", "-m", model, "--json",
                                       "--trace", str(tmp_path / "t.db")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # a task stopped without passing: not all passed
     report = json.loads(result.output)
     assert (report["done"], report["passed"], report["failed"]) == (1, 0, 0)
+    assert report["by_stop_reason"] == {"MAX_ITERATIONS": 1} and report["exit_code"] == 3
     (row,) = rows(tmp_path / "tasks.results.jsonl")
     assert row["stop_reason"] == "MAX_ITERATIONS" and not row["passed"]
     crash = write_tasks(tmp_path, [{"task": "t", "regex": "GOOD"}])

@@ -31,7 +31,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "test_add.py").write_text(TESTS)
     (tmp_path / "r.json").write_text(json.dumps([RIGHT]))
-    assert invoke("refine", "--task", "Write add(a, b)\nwith a docstring", "--tests", "test_add.py", "-q",
+    assert invoke("refine", "Write add(a, b)\nwith a docstring", "--tests", "test_add.py", "-q",
                   "--model", f"scripted:{tmp_path / 'r.json'}").exit_code == 0
     return SQLiteStore(os.environ["REFLEXA_TRACE"])
 
@@ -43,7 +43,8 @@ def dead_pid() -> int:
 
 def test_a_run_whose_process_died_is_stale_not_running(store):
     store.start_run(RunRecord("deadbeef" * 4, "react", "killed midway", started_at=time.time(),
-                              meta={"model": "scripted", "toolset": "sql"}))  # as `reflexa react` starts it
+                              meta={"model": "scripted", "spec": {"loop": "react", "task": "killed midway",
+                                                                  "db": "shop.sqlite"}}))  # as the CLI starts it
     store.acquire_lease("deadbeef" * 4, "gone", dead_pid())
     rows = json.loads(invoke("runs", "--json").output)
     assert {r["run_id"][:8]: r["status"] for r in rows} == {"deadbeef": "stale", rows[1]["run_id"][:8]: "finished"}
@@ -51,15 +52,20 @@ def test_a_run_whose_process_died_is_stale_not_running(store):
     assert [r["loop"] for r in json.loads(invoke("runs", "--status", "stale", "--json").output)] == ["react"]
     shown = invoke("show", "deadbeef")
     assert "no live process holds it" in shown.output and "reflexa resume deadbeef" in shown.output
-    # What `reflexa resume` cannot rebuild gets the Python call, never a command that refuses it.
+    # What `reflexa resume` cannot rebuild (no spec stored) gets the Python call, never a command that refuses it.
     store.start_run(RunRecord("feedbead" * 4, "trials", "t", started_at=time.time(), meta={"model": "scripted"}))
     store.acquire_lease("feedbead" * 4, "gone", dead_pid())
     hint = " ".join(invoke("show", "feedbead").output.split())
     assert "trials(..., resume='feedbeadfeed')" in hint and "reflexa resume feedbead" not in hint
-    assert "reflexa runs --loop react" in hint
-    resumed = invoke("resume", "feedbead")  # a `react --trials N` run from the CLI: not "started from Python"
-    assert resumed.exit_code == 2 and "is a trials run" in resumed.output
-    assert "started from Python" not in resumed.output
+    resumed = invoke("resume", "feedbead")
+    assert resumed.exit_code == 2 and "started from Python" in resumed.output
+    # A trial of a trials run is resumed through its parent.
+    store.start_run(RunRecord("cafecafe" * 4, "react", "t", started_at=time.time(),
+                              meta={"model": "scripted", "parent": "feedbead" * 4, "trial": 1}))
+    store.acquire_lease("cafecafe" * 4, "gone", dead_pid())
+    assert "reflexa resume feedbeadfeed" in " ".join(invoke("show", "cafecafe").output.split())
+    refused = invoke("resume", "cafecafe")
+    assert refused.exit_code == 2 and "reflexa resume feedbeadfeed" in " ".join(refused.output.split())
 
 
 def test_runs_filters_and_json_fields(store):

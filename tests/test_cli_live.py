@@ -79,7 +79,7 @@ def test_a_slow_refine_shows_something_new_at_least_every_two_seconds(tmp_path):
     # Three model calls of 1.5 s each and two pytest runs: about 8 s of run.
     spec = scripted(tmp_path / "slow.json", WRONG, LESSON, RIGHT, delay=1.5)
     env = {**os.environ, "REFLEXA_TRACE": str(tmp_path / "trace.db"), "TERM": "xterm-256color"}
-    code, reads = in_terminal(cli("refine", "--task", "Write add(a, b)", "--tests", "test_add.py", "--model", spec),
+    code, reads = in_terminal(cli("refine", "Write add(a, b)", "--tests", "test_add.py", "--model", spec),
                               env, tmp_path, timeout=30)
     text = ANSI.sub("", b"".join(data for _, data in reads).decode(errors="replace"))
     assert code == 0, text
@@ -156,7 +156,7 @@ def test_ctrl_c_while_the_model_is_stuck_in_a_long_call_still_stops_within_a_sec
     trace = tmp_path / "trace.db"
     env = {**os.environ, "REFLEXA_TRACE": str(trace)}
     stuck = scripted(tmp_path / "stuck.json", "abc", delay=120)
-    proc = subprocess.Popen(cli("refine", "--task", "Write add(a, b)", "--tests", "test_add.py", "--model", stuck,
+    proc = subprocess.Popen(cli("refine", "Write add(a, b)", "--tests", "test_add.py", "--model", stuck,
                                 "--json"), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     _wait_for(trace, "SELECT count(*) FROM runs")
@@ -180,20 +180,20 @@ def test_jsonl_streams_one_object_per_step_then_the_result(tmp_path):
     (tmp_path / "test_add.py").write_text(TESTS)
     spec = scripted(tmp_path / "r.json", RIGHT)
     os.chdir(tmp_path)
-    result = runner.invoke(app, ["refine", "--task", "Write add", "--tests", "test_add.py", "--model", spec, "--jsonl"])
+    result = runner.invoke(app, ["refine", "Write add", "--tests", "test_add.py", "--model", spec, "--jsonl"])
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert result.exit_code == 0 and lines[0]["event"] == "run" and lines[-1]["event"] == "result"
     steps = [line for line in lines if line["event"] == "step"]
     assert [s["step_id"] for s in steps] == list(range(1, len(steps) + 1)) and steps[-1]["kind"] == "stop"
     assert lines[-1]["stop_reason"] == "PASSED" and lines[-1]["run_id"] == lines[0]["run_id"]
-    both = runner.invoke(app, ["refine", "--task", "t", "--tests", "test_add.py", "--model", spec, "--json", "--jsonl"])
+    both = runner.invoke(app, ["refine", "t", "--tests", "test_add.py", "--model", spec, "--json", "--jsonl"])
     assert both.exit_code == 2 and "exclude each other" in both.output
 
 
 def test_quiet_prints_one_summary_line(tmp_path):
     (tmp_path / "test_add.py").write_text(TESTS)
     os.chdir(tmp_path)
-    result = runner.invoke(app, ["refine", "--task", "Write add", "--tests", "test_add.py", "-q",
+    result = runner.invoke(app, ["refine", "Write add", "--tests", "test_add.py", "-q",
                                  "--model", scripted(tmp_path / "r.json", RIGHT)])
     assert result.exit_code == 0 and len(result.output.splitlines()) == 1
     assert result.output.startswith("PASSED: run ") and "reflexa show" in result.output

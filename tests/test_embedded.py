@@ -56,7 +56,7 @@ def test_whole_refine_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
     result = refine(
         (EXAMPLE / "task.md").read_text(),
         [PytestCheck(EXAMPLE / "test_solution.py")],
-        max_tokens=256,
+        max_reply_tokens=256,
         session=Session(model=embedded, store=store),
         max_attempts=2,
     )

@@ -224,33 +224,25 @@ def test_refine_resumes_from_python_and_from_the_cli(tmp_path):
     assert result.passed and result.iterations == 2 and "write good" in resumed.prompts[0][-1]["content"]
 
 
-def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
-    trace = tmp_path / "trace.db"
-    store = SQLiteStore(trace)
+def _stopped_refine(store, generator, **spec):
+    """A refine run the CLI started and a kill stopped before any step: its record holds its task spec."""
     from reflexa.runtime import Run
 
-    run = Run(
-        "refine",
-        "Write f() returning 2",
-        ScriptedModel([]),
-        budget=Budget(),
-        store=store,
-        meta={
-            "bound": 3,
-            "context": "latest",
-            "cli": {
-                "tests": str(tmp_path / "test_solution.py"),
-                "check": None,
-                "out": None,
-                "judge": False,
-                "timeout": 10.0,
-                "cwd": str(tmp_path),
-            },
-        },
-    )
+    run = Run("refine", "Write f() returning 2", generator, budget=Budget(), store=store,
+              meta={"spec": {"loop": "refine", "task": "Write f() returning 2", **spec}})
     store.release_lease(run.run_id, run.owner)  # the process that started it is gone
+    return run
+
+
+TEST_F = "from solution import f\n\ndef test_f():\n    assert f() == 2\n"
+
+
+def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_solution.py").write_text(TEST_F)
+    trace = tmp_path / "trace.db"
+    run = _stopped_refine(SQLiteStore(trace), ScriptedModel([]), tests=str(tmp_path / "test_solution.py"),
+                          workdir=str(tmp_path))
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
     result = runner.invoke(app, ["resume", run.run_id[:10], "--model", f"scripted:{replies}", "--trace", str(trace)])
@@ -260,58 +252,41 @@ def test_cli_resumes_a_killed_refine_run(tmp_path, monkeypatch):
 
 def test_cli_resume_reads_its_own_paths_from_here_and_rebuilds_the_run_s_model(tmp_path, monkeypatch):
     """The run started in another directory: --trace is relative to where `resume` is typed, not to the
-    run's directory; with no --model, the model comes from the spec the run recorded (its file absolute)."""
-    from reflexa import resolve_model
-    from reflexa.runtime import Run
-
+    run's directory; with no --model, the model is the one the run's spec names (its file absolute)."""
     start, here = tmp_path / "start", tmp_path / "here"
     start.mkdir()
     here.mkdir()
-    (start / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
+    (start / "test_solution.py").write_text(TEST_F)
     (here / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
     monkeypatch.chdir(here)
-    store = SQLiteStore(here / "trace.db")
-    run = Run("refine", "Write f() returning 2", resolve_model("scripted:r.json"), budget=Budget(), store=store,
-              meta={"bound": 3, "cli": {"tests": str(start / "test_solution.py"), "check": None, "out": None,
-                                        "judge": False, "timeout": 10.0, "cwd": str(start)}})
-    store.release_lease(run.run_id, run.owner)  # the process that started it is gone
-    assert store.get_run(run.run_id).meta["model_spec"] == f"scripted:{here / 'r.json'}"
+    run = _stopped_refine(SQLiteStore(here / "trace.db"), ScriptedModel([]), tests="test_solution.py",
+                          workdir=str(start), model=f"scripted:{here / 'r.json'}")
     result = runner.invoke(app, ["resume", run.run_id[:10], "--trace", "trace.db"])
     assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
 
 
 def test_cli_resume_writes_the_best_candidate_to_the_run_s_out_and_finds_a_relative_trace(tmp_path, monkeypatch):
-    """A run started with --out ends, once resumed, as it would have: the answer in its --out file. And a
-    relative $REFLEXA_TRACE is the one where `resume` is typed (resume moves into the run's directory)."""
-    from reflexa.runtime import Run
-
+    """A run started with --out ends, once resumed, as it would have: the answer in its --out file, in the
+    folder the run started in. A relative $REFLEXA_TRACE is the one where `resume` is typed."""
     start = tmp_path / "start"
     (start / "sub").mkdir(parents=True)
-    (start / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
-    store = SQLiteStore(start / "trace.db")
-    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=Budget(), store=store,
-              meta={"bound": 3, "cli": {"tests": str(start / "test_solution.py"), "check": None, "out": "solution.py",
-                                        "judge": False, "timeout": 10.0, "cwd": str(start)}})
-    store.release_lease(run.run_id, run.owner)
+    (start / "test_solution.py").write_text(TEST_F)
+    run = _stopped_refine(SQLiteStore(start / "trace.db"), ScriptedModel([]), tests="test_solution.py",
+                          out="solution.py", workdir=str(start))
     (start / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 2\n```"]))
     monkeypatch.chdir(start / "sub")
     monkeypatch.setenv("REFLEXA_TRACE", "../trace.db")
     result = runner.invoke(app, ["resume", run.run_id[:10], "--model", str(f"scripted:{start / 'r.json'}")])
     assert result.exit_code == 0 and "stop: PASSED" in result.output, result.output
     assert "return 2" in (start / "solution.py").read_text()
-    assert not (tmp_path / "trace.db").exists()
+    assert not (tmp_path / "trace.db").exists() and not (start / "sub" / "solution.py").exists()
 
 
-def test_cli_resume_keeps_the_run_s_no_explain(tmp_path, monkeypatch):
-    from reflexa.runtime import Run
-
+def test_cli_resume_keeps_the_run_s_reflection_off(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "test_solution.py").write_text("from solution import f\n\ndef test_f():\n    assert f() == 2\n")
-    store = SQLiteStore(tmp_path / "trace.db")
-    run = Run("refine", "Write f() returning 2", ScriptedModel([]), budget=Budget(), store=store,
-              meta={"bound": 3, "cli": {"tests": str(tmp_path / "test_solution.py"), "check": None, "out": None,
-                                        "judge": False, "timeout": 10.0, "explain": False, "cwd": str(tmp_path)}})
-    store.release_lease(run.run_id, run.owner)
+    (tmp_path / "test_solution.py").write_text(TEST_F)
+    run = _stopped_refine(SQLiteStore(tmp_path / "trace.db"), ScriptedModel([]), tests="test_solution.py",
+                          workdir=str(tmp_path), reflect=False)
     (tmp_path / "r.json").write_text(json.dumps(["```python\ndef f():\n    return 1\n```",
                                                  "```python\ndef f():\n    return 2\n```"]))
     result = runner.invoke(app, ["resume", run.run_id[:10], "--model", "scripted:r.json", "--trace", "trace.db",
@@ -388,8 +363,8 @@ def test_trials_share_one_budget():
     outer = ScriptedModel([{"failure_step": "1", "observed_mismatch": "no", "root_cause": "r", "correction": "c"}] * 5)
     result = trials(
         "t",
-        lambda lessons, budget: refine(
-            "t", [Never()], lessons=lessons, budget=budget, max_attempts=1, session=Session(model=inner)
+        lambda t: refine(
+            "t", [Never()], lessons=t.lessons, budget=t.budget, max_attempts=1, session=Session(model=inner)
         ),
         session=Session(model=outer),
         max_trials=5,

@@ -211,8 +211,8 @@ def test_a_run_inside_a_run_is_a_child_span(writer):
     tracing, exporter = memory_tracing(writer)
     inner = ScriptedModel([REPLY_BAD, REPLY_GOOD])
     outer = ScriptedModel([LESSON])
-    result = trials("Write add(a, b)", lambda lessons, budget: refine(
-        "Write add(a, b)", [FailsOnce()], lessons=lessons, budget=budget, max_attempts=1,
+    result = trials("Write add(a, b)", lambda t: refine(
+        "Write add(a, b)", [FailsOnce()], lessons=t.lessons, budget=t.budget, max_attempts=1,
         session=Session(model=inner, observer=tracing)), session=Session(model=outer, observer=tracing))
     assert result.passed
     spans = exporter.get_finished_spans()

@@ -77,7 +77,7 @@ def test_refine_through_the_server(server):
     result = refine(
         "Write a Python function named add that returns a + b.",
         [RegexCheck("def add\\(")],
-        max_tokens=128,
+        max_reply_tokens=128,
         session=Session(model=model),
         max_attempts=2,
     )

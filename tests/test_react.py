@@ -538,12 +538,12 @@ def test_trial_lesson_reaches_the_next_trial(shop):
     inner = ScriptedModel([final("wrong"), final("right")])
     outer = ScriptedModel([lesson("trial ended", "answer right, not wrong")])
 
-    def attempt(lessons, budget):
+    def attempt(t):
         return react(
             "q",
             sql_tools(shop),
-            lessons=lessons,
-            budget=budget,
+            lessons=t.lessons,
+            budget=t.budget,
             validator=lambda a: None if a == "right" else f"{a} is not the answer",
             session=Session(model=inner, store=store),
             max_steps=1,
@@ -568,8 +568,8 @@ def test_trials_with_refine():
     outer = ScriptedModel([lesson("got bad", "write good")])
     result = trials(
         "t",
-        lambda lessons, budget: refine(
-            "t", [Expect()], lessons=lessons, budget=budget, session=Session(model=inner), max_attempts=1
+        lambda t: refine(
+            "t", [Expect()], lessons=t.lessons, budget=t.budget, session=Session(model=inner), max_attempts=1
         ),
         session=Session(model=outer),
     )
@@ -746,12 +746,12 @@ def test_a_resumed_trials_run_still_counts_what_its_earlier_trials_spent():
 
     store, model, handed = MemoryStore(), ScriptedModel(default="BAD"), []
 
-    def attempt(lessons, budget):
-        handed.append(budget)
+    def attempt(t):
+        handed.append(t.budget)
         if len(handed) == 2:
             raise KeyboardInterrupt  # Ctrl-C as the second trial starts
-        return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store), budget=budget,
-                      lessons=lessons, max_attempts=3, explain=False)
+        return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store), budget=t.budget,
+                      lessons=t.lessons, meta=t.meta, resume=t.resume, max_attempts=3, reflect=False)
 
     def run(**resume):
         return trials("say GOOD", attempt, session=Session(model=model, store=store), budget=Budget(max_calls=10),

@@ -162,7 +162,7 @@ def test_token_budget_holds_within_one_call():
         "task",
         [Expect("good")],
         budget=Budget(max_tokens=limit),
-        max_tokens=120,
+        max_reply_tokens=120,
         session=Session(model=model),
         max_attempts=50,
     )
@@ -174,9 +174,9 @@ def test_token_budget_holds_within_one_call():
 
 def test_time_budget_holds():
     class Slow(ScriptedModel):
-        def _generate(self, *args):
+        def _generate(self, *args, **kw):
             time.sleep(0.05)
-            return super()._generate(*args)
+            return super()._generate(*args, **kw)
 
     model = Slow(default=answer("one"))
     result = refine(
@@ -213,7 +213,7 @@ def test_ungrounded_lesson_is_discarded():
 
 def test_truncated_generator_reply_still_yields_a_candidate():
     model = ScriptedModel(["Plan: go\n```python\n" + "x = 1\n" * 200, LESSON, answer("good")])
-    result = refine("task", [Expect("good")], max_tokens=40, session=Session(model=model))
+    result = refine("task", [Expect("good")], max_reply_tokens=40, session=Session(model=model))
     assert result.stop_reason is StopReason.PASSED
     assert model.prompts[2][-1]["content"].count("x = 1") > 5
 
@@ -322,7 +322,7 @@ def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
     store = MemoryStore()
     replies = [f"```\nattempt {i} {'y' * 40}\n```" for i in range(40)]
     fresh = NewFailures("fresh", lambda n: "miss " + "x" * n, score=0.5)
-    result = refine("task", [fresh], explain=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
+    result = refine("task", [fresh], reflect=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
                                                                                       store=store))
     sizes = [len(json.dumps(s.output)) for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.iterations == 40 and len(sizes) == 39
@@ -353,7 +353,7 @@ def test_a_fresh_attempt_shows_only_the_newest_lessons():
 
     failing = NewFailures("failing", lambda n: f"miss {'z' * n}", score=0.0)  # FAIL: every attempt adds a lesson
     model = ScriptedModel([f"```\nattempt {'y' * i}\n```" for i in range(12)])
-    result = refine("task", [failing], explain=False, max_attempts=12, session=Session(model=model))
+    result = refine("task", [failing], reflect=False, max_attempts=12, session=Session(model=model))
     last = model.prompts[-1][-1]["content"]
     assert result.iterations == 12 and last.count("- At attempt") == MAX_LESSONS
     assert f"miss {'z' * 11}\n" in last and f"miss {'z' * 6}\n" not in last  # the newest five: 7 to 11
@@ -370,7 +370,7 @@ def test_a_pass_is_the_best_even_when_a_failure_scored_as_high():
             ok = candidate.strip() == "good"
             return Signal(self.name, ok, None if ok else ErrorCode.COMMAND_FAILED, "exit 1", score=1.0)
 
-    result = refine("t", [PrintsPassedButExits()], explain=False,
+    result = refine("t", [PrintsPassedButExits()], reflect=False,
                     session=Session(model=ScriptedModel([answer("bad"), answer("good")])))
     assert result.passed and result.best == "good" and result.verdict.status.value == "PASS"
 
@@ -400,7 +400,7 @@ def test_a_judge_s_score_never_outranks_what_the_tests_measured():
         def run(self, candidate, context):
             return Signal(self.name, True, score=1.0 if candidate.strip() == "a" else 0.0, subjective=True)
 
-    result = refine("t", [Tests(), Fond()], max_attempts=2, explain=False,
+    result = refine("t", [Tests(), Fond()], max_attempts=2, reflect=False,
                     session=Session(model=ScriptedModel([answer("a"), answer("b")])))
     assert result.best == "b"
 

@@ -35,8 +35,9 @@ def sig(code, message="boom"):
         # Ambiguous cases go to reflection, never to a rule:
         (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
          Decision.REFLECT, None),
+        # Any check may say its failure names the cause, not only the code test harness.
         (Signal("check", False, ErrorCode.VALIDATION_FAILED, "wrong answer", pinpointed=True),
-         Facts(retryable=False), Decision.REFLECT, None),
+         Facts(retryable=False), Decision.RULE, "revise"),
         (Signal("check", False, ErrorCode.TEST_FAILED, "1 of 2 tests failed: assert [1] == [2]"),
          Facts(retryable=False), Decision.REFLECT, None),
         (sig(ErrorCode.NOT_FOUND), Facts(), Decision.REFLECT, None),

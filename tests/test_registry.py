@@ -105,7 +105,7 @@ def test_the_configured_spec_is_the_default(monkeypatch, tmp_path):
 ])
 def test_bad_specs_are_one_clear_line(spec, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["refine", "--task", "t", "--judge", "-m", spec])
+    result = runner.invoke(app, ["refine", "t", "--judge", "-m", spec])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
 
@@ -119,7 +119,7 @@ def test_binary_scripted_file_is_a_config_error(tmp_path):
 
 def test_anthropic_without_a_key_is_a_clear_error():
     pytest.importorskip("anthropic")
-    result = runner.invoke(app, ["refine", "--task", "t", "--judge", "-m", "anthropic:claude-sonnet-4-6"])
+    result = runner.invoke(app, ["refine", "t", "--judge", "-m", "anthropic:claude-sonnet-4-6"])
     assert result.exit_code == 2 and "ANTHROPIC_API_KEY" in result.output and "Traceback" not in result.output
 
 

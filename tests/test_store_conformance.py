@@ -173,10 +173,10 @@ class _Interrupting(ScriptedModel):
         super().__init__(replies)
         self.after = after
 
-    def _generate(self, messages, json_schema, max_tokens, temperature):
+    def _generate(self, messages, json_schema, max_tokens, temperature, **kw):
         if self.calls == self.after:
             raise KeyboardInterrupt
-        return super()._generate(messages, json_schema, max_tokens, temperature)
+        return super()._generate(messages, json_schema, max_tokens, temperature, **kw)
 
 
 def test_a_run_interrupted_in_one_process_resumes_from_the_store(target):

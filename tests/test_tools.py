@@ -237,7 +237,12 @@ def test_sql_names_what_exists_when_nothing_is_close(shop):
     written = ToolSession(ToolRegistry(sql_tools(shop, write=True))).call("execute", {"sql": "DELETE FROM tent"})
     assert "'tent' is a value of products.name" in written.message
     nothing = session.call("query", {"sql": "SELECT colour FROM products"})
-    assert "columns: amount" in nothing.message and "is a value of" not in nothing.message
+    # The columns of the table queried, not of the whole database.
+    assert "columns of products: category, id, name, price)" in nothing.message
+    assert "amount" not in nothing.message and "is a value of" not in nothing.message
+    # A query that names no table that exists lists every column.
+    joined = session.call("query", {"sql": "SELECT zzz FROM orders o JOIN customers c ON c.id = o.customer_id"})
+    assert "columns of customers, orders: city, customer_id, id, joined, name" in joined.message
 
 
 def test_sql_aggregate_misuse_says_what_it_needs(shop):

@@ -218,7 +218,7 @@ class Run:
             served_by = model.name if model is not self.model else None
             try:
                 completion = aio.complete(model, msgs, schema=schema, max_tokens=allowed,
-                                          temperature=temperature, on_token=on_token)
+                                          temperature=temperature, on_token=on_token, role=str(role))
             except ModelError as exc:
                 # A failed call is a step too, so the trace shows its time and its error (a chat span marked
                 # as failed); the run then ends ERROR as before.

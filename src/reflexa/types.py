@@ -42,6 +42,8 @@ class Role(StrEnum):
     """Who spent the tokens. Usage is kept per role."""
 
     GENERATOR = "generator"
+    PLANNER = "planner"
+    """plan's planner: the goal tree, and a replan."""
     EVALUATOR = "evaluator"
     REFLECTOR = "reflector"
     SEARCH = "search"
@@ -176,7 +178,7 @@ def cap_ends(text: str, limit: int) -> str:
 _DELIMITER_RUN = re.compile(r"<{3,}|>{3,}")
 
 
-def data(text: str) -> str:
+def fence_untrusted(text: str) -> str:
     """Untrusted text (a tool's output, evidence, a candidate) made safe to put between the `<<<` and `>>>`
     that prompts mark data with: its own runs of angle brackets are broken up, so it cannot close the block
     and write "instructions" after it."""
@@ -393,3 +395,8 @@ class Result:
         data["usage"] = {role: asdict(u) | {"total_tokens": u.total_tokens} for role, u in self.usage.items()}
         data["total_usage"] = asdict(self.total_usage)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        """A result back from `to_dict`'s data (a stored run's result)."""
+        return _adapter(cls).validate_python(data)

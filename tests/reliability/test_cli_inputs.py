@@ -18,9 +18,9 @@ def work(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "binary.md").write_bytes(b"\x00\x01\x02binary")
     (tmp_path / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
-    (tmp_path / "tests.py").write_text("def test_x():\n    assert True\n")
+    (tmp_path / "tests.py").write_text("import solution\n\n\ndef test_x():\n    assert solution\n")
     (tmp_path / "adir").mkdir()
-    (tmp_path / "replies.json").write_text(json.dumps(["```\nx\n```"]))
+    (tmp_path / "replies.json").write_text(json.dumps(["```\nx = 1\n```"]))
     (tmp_path / "notdb.sqlite").write_text("hello")
     (tmp_path / "syntax.py").write_text("def test_x(:\n")
     sqlite3.connect(tmp_path / "shop.sqlite").execute("CREATE TABLE t (x)").connection.commit()
@@ -31,45 +31,45 @@ def work(tmp_path, monkeypatch):
 
 
 CASES = [
-    (["refine", "--task", "binary.md", "--tests", "tests.py"], "binary"),
-    (["refine", "--task", "latin1.md", "--tests", "tests.py"], "UTF-8"),
-    (["refine", "--task", "adir", "--tests", "tests.py"], "directory"),
-    (["refine", "--task", "t", "--tests", "binary.md"], "binary"),
-    (["refine", "--task", "t", "--tests", "missing.py"], "not found"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", "adir"], "directory"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", "link.py"], "symlink"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", "../../x.py"], "inside the working directory"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", "/etc/x.py"], "inside the working directory"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--timeout", "inf"], "timeout"),
-    (["refine", "--task", "   ", "--tests", "tests.py"], "empty"),
-    (["refine", "--task", "t"], "nothing to check"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--context", "some"], "feedback, latest, full"),
+    (["refine", "binary.md", "--tests", "tests.py"], "binary"),
+    (["refine", "latin1.md", "--tests", "tests.py"], "UTF-8"),
+    (["refine", "adir", "--tests", "tests.py"], "directory"),
+    (["refine", "t", "--tests", "binary.md"], "binary"),
+    (["refine", "t", "--tests", "missing.py"], "not found"),
+    (["refine", "t", "--tests", "tests.py", "--out", "adir"], "must name a file"),
+    (["refine", "t", "--tests", "tests.py", "--out", "link.py"], "symlink"),
+    (["refine", "t", "--tests", "tests.py", "--out", "../../x.py"], "relative path inside"),
+    (["refine", "t", "--tests", "tests.py", "--out", "/etc/x.py"], "relative path inside"),
+    (["refine", "t", "--tests", "tests.py", "--timeout", "inf"], "timeout"),
+    (["refine", "   ", "--tests", "tests.py"], "empty"),
+    (["refine", "t"], "a refine task needs a check"),
+    (["refine", "t", "--tests", "tests.py", "--context", "some"], "input should be 'feedback',"),
     (["react", "q", "--db", "notdb.sqlite"], "not an SQLite database"),
-    (["react", "q", "--db", "adir"], "database not found"),
+    (["react", "q", "--db", "adir"], "is a directory"),
     (["react", "q", "--db", "missing.sqlite"], "database not found"),
-    (["research", "q", "--corpus", "missing"], "corpus"),
+    (["research", "q", "--corpus", "missing"], "corpus: not a folder"),
     (["index", "tests.py"], "is a file, not a folder"),
-    (["refine", "--task", "solve.py", "--tests", "tests.py"], "task file not found"),
-    (["react", "  ", "--db", "shop.sqlite"], "the goal is empty"),
+    (["refine", "solve.py", "--tests", "tests.py"], "task file not found"),
+    (["react", "  ", "--db", "shop.sqlite"], "the task is empty"),
     (["runs", "--loop", "bogus"], "--loop must be one of refine, react, research, trials, plan"),
-    (["refine", "--task", "t", "--tests", "syntax.py"], "not valid Python"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", "tests.py"], "would overwrite the --tests file"),
-    (["research", "q"], "--corpus is required"),
+    (["refine", "t", "--tests", "syntax.py"], "not valid Python"),
+    (["refine", "t", "--tests", "tests.py", "--out", "tests.py"], "would overwrite the --tests file"),
+    (["research", "q"], "corpus: required"),
     (["show", "%"], "no run has an id starting with"),
     (["show", "_"], "no run has an id starting with"),
     (["resume", "nope"], "no run has an id starting with"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", "scripted:."], "scripted"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", "scripted:binary.json"], "scripted"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", "local:/etc/passwd"], "not a GGUF"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", "openai:http://[::1/v1#m"], "url"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", "anthropic:claude-x"], "ANTHROPIC_API_KEY"),
-    (["refine", "--task", "t", "--tests", "tests.py", "-m", ""], "empty"),
+    (["refine", "t", "--tests", "tests.py", "-m", "scripted:."], "scripted"),
+    (["refine", "t", "--tests", "tests.py", "-m", "scripted:binary.json"], "scripted"),
+    (["refine", "t", "--tests", "tests.py", "-m", "local:/etc/passwd"], "not a GGUF"),
+    (["refine", "t", "--tests", "tests.py", "-m", "openai:http://[::1/v1#m"], "url"),
+    (["refine", "t", "--tests", "tests.py", "-m", "anthropic:claude-x"], "ANTHROPIC_API_KEY"),
+    (["refine", "t", "--tests", "tests.py", "-m", ""], "empty"),
     # pathlib reads "" as ".": an empty path must not name the current folder
     (["index", ""], "is empty; give a path"),
     (["research", "q", "--corpus", " "], "is empty; give a path"),
     (["react", "q", "--db", ""], "is empty; give a path"),
-    (["refine", "--task", "t", "--tests", ""], "is empty; give a path"),
-    (["refine", "--task", "t", "--tests", "tests.py", "--out", ""], "is empty; give a path"),
+    (["refine", "t", "--tests", ""], "is empty; give a path"),
+    (["refine", "t", "--tests", "tests.py", "--out", ""], "is empty; give a path"),
     (["batch", "", "--loop", "refine"], "is empty; give a path"),
 ]
 
@@ -85,7 +85,7 @@ def test_bad_input_is_one_clear_line(work, args, message):
 
 
 def test_show_with_a_wildcard_never_matches_a_real_run(work):
-    ran = runner.invoke(app, ["refine", "--task", "t", "--tests", "tests.py", "--model", "scripted:replies.json"])
+    ran = runner.invoke(app, ["refine", "t", "--tests", "tests.py", "--model", "scripted:replies.json"])
     assert ran.exit_code in (0, 3), ran.output
     for wildcard in ("%", "_"):
         result = runner.invoke(app, ["show", wildcard])

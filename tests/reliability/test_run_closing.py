@@ -106,7 +106,7 @@ def test_an_interrupted_run_does_not_count_against_the_lessons_it_used():
 def test_a_checkpoint_this_version_cannot_read_is_a_clear_error_and_frees_the_run(tmp_path):
     store = SQLiteStore(tmp_path / "t.db")
     with pytest.raises(RunInterrupted) as stopped:
-        refine("greet", [GreetingCheck(interrupt_on=2)], max_attempts=3, explain=False,
+        refine("greet", [GreetingCheck(interrupt_on=2)], max_attempts=3, reflect=False,
                session=Session(model=ScriptedModel(["hi", "hi there"]), store=store))
     run_id = stopped.value.run_id
     # What a checkpoint of an incompatible version looks like: a field of another type.

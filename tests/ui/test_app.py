@@ -365,7 +365,7 @@ def test_the_page_benchmark_script_runs():
     from pathlib import Path
 
     root = Path(__file__).parent.parent.parent
-    out = subprocess.run([sys.executable, "bench/ui_pages.py", "--runs", "3", "--steps", "6", "--repeats", "1"],
+    out = subprocess.run([sys.executable, "bench/speed/ui_pages.py", "--runs", "3", "--steps", "6", "--repeats", "1"],
                          cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "run page, 6 steps" in out.stdout and "runs list sorted by tokens" in out.stdout
@@ -381,8 +381,8 @@ def test_trials_and_unknown_step_kinds_render(tmp_path):
                             "correction": "add, do not subtract"},
                            answer(GOOD)])
     session = Session(model=model, store=store)
-    result = trials("Write add.", lambda lessons, budget: refine("Write add.", [Returns(GOOD)], session=session,
-                                                                 lessons=lessons, budget=budget, max_attempts=1),
+    result = trials("Write add.", lambda t: refine("Write add.", [Returns(GOOD)], session=session, lessons=t.lessons,
+                                                    budget=t.budget, meta=t.meta, resume=t.resume, max_attempts=1),
                     session=session)
     assert result.stop_reason is StopReason.PASSED
     # A step kind from a newer version (or another plugin): shown as its data, escaped.

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..errors import ConfigError
-from .schema import TaskLine
+from .tasks import BatchTask
 from .worker import BatchConfig, run_task
 
 RETRIES = 3
@@ -52,7 +52,7 @@ class RayExecutor:
             self.started = True
         self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(run_task)
 
-    def submit(self, task: TaskLine) -> Future[dict[str, Any]]:
+    def submit(self, task: BatchTask) -> Future[dict[str, Any]]:
         return self.remote.remote(self.config, task).future()
 
     def shutdown(self) -> None:

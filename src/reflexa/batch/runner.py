@@ -34,8 +34,9 @@ from typing import Any
 
 from ..errors import ConfigError, ReflexaError, RunLeased
 from ..models.spec import absolute_spec, configured_reflector_spec, configured_spec
+from ..trace.postgres import is_url
 from .results import ResultsFile
-from .schema import TaskLine, read_tasks
+from .tasks import BUDGET, BatchTask, read_tasks
 from .worker import BatchConfig, make_row, namespace, run_task, worker_store
 
 POLL_SECONDS = 0.5
@@ -59,6 +60,8 @@ class Progress:
     running: int = 0
     started: float = field(default_factory=time.time)
     errors: list[str] = field(default_factory=list)
+    by_reason: dict[str, int] = field(default_factory=dict)
+    """Finished tasks of the whole batch (those done before included), by stop reason."""
 
     @property
     def remaining(self) -> int:
@@ -124,13 +127,14 @@ def _check_not_an_input(results: Path, store: str, inputs: list[Path]) -> None:
         raise ConfigError(f"--out names a file the batch reads or writes: {results}", hint="give --out another file")
 
 
-def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = None, concurrency: int = 4,
-              executor: str = "local", address: str | None = None, out: Path | None = None,
+def run_batch(tasks_path: Path, loop: str = "refine", *, store: str, model: str | None = None,
+              concurrency: int = 4, executor: str = "local", address: str | None = None, out: Path | None = None,
               connections: int | None = None, experience: bool = True, governor: bool = False,
               budget: dict[str, Any] | None = None, progress: Callable[[Progress], None] | None = None,
               max_tasks_per_worker: int | None = None, reflector_model: str | None = None) -> Progress:
     """Run every task of a tasks file that the store has no result for; return the final Progress.
 
+    `loop` is the loop of a line that names none; `model` and `budget` fill what a line leaves unset.
     `store` is a SQLite path or a postgresql:// URL that every worker opens. Results go to the store and,
     one JSON line each, to `out` (default: TASKS.results.jsonl beside the tasks file). `executor` is
     local, threads, processes, async (coroutines on one event loop, `reflexa.aio`) or ray (`address` names
@@ -143,31 +147,20 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
         raise ConfigError("--concurrency must be at least 1")
     if executor not in ("local", "threads", "processes", "async", "ray"):
         raise ConfigError(f"unknown executor {executor!r}", hint="use local, async or ray")
-    tasks = read_tasks(tasks_path, loop)
-    base = tasks_path.resolve().parent
-    model = absolute_spec(model, Path.cwd())
-    if reflector_model is None:
-        reflector_model = configured_reflector_spec()
-    reflector_model = (reflector_model or "").strip()
-    # '' (or the run's own model) means no reflector of its own: each task's model reflects.
-    reflector_model = absolute_spec(reflector_model, Path.cwd()) if reflector_model else None
-    if reflector_model is not None and reflector_model == (model or configured_spec()):
-        reflector_model = None
-    tasks = [t.model_copy(update={"model": absolute_spec(t.model, base)}) if t.model else t for t in tasks]
-    for spec in {model, reflector_model, *(t.model for t in tasks)}:
+    model, reflector_model = _models(model, reflector_model)
+    budget = {k: v for k, v in (budget or {}).items() if k in BUDGET and v is not None}
+    tasks = read_tasks(tasks_path, loop, defaults=budget)
+    for spec in {model, reflector_model, *(t.spec.model for t in tasks)}:
         _check_backend(spec)
-    from ..trace.postgres import is_url
-
-    if not is_url(store):
-        store = str(Path(store).resolve())
+    store = store if is_url(store) else str(Path(store).resolve())
     # The reflector is part of the batch's identity only when there is one: older batches keep their ids.
-    options = {"model": model, "budget": budget or {}, "experience": experience, "governor": governor,
+    options = {"model": model, "budget": budget, "experience": experience, "governor": governor,
                **({"reflector_model": reflector_model} if reflector_model else {})}
     ident = batch_id(tasks_path.read_bytes(), loop, options)
-    config = BatchConfig(ident, loop, store, model, connections, experience, governor, dict(budget or {}),
-                         reflector_model)
+    config = BatchConfig(ident, store, model, connections, experience, governor, reflector_model)
     results_path = out or tasks_path.with_name(tasks_path.stem + ".results.jsonl")
-    _check_not_an_input(results_path, store, [base / name for t in tasks for name in (t.tests, t.db) if name])
+    _check_not_an_input(results_path, store, [p for t in tasks for p in (t.spec.path("tests"), t.spec.path("db"))
+                                              if p is not None])
     results = ResultsFile(results_path, ident)
     shared = worker_store(store)
     owner = f"batch-driver:{os.getpid()}"
@@ -180,9 +173,9 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     state = Progress(ident, len(tasks))
     try:
         todo = _skip_finished(tasks, shared, config, results, state)
-        kind = pick_executor(executor, model)
         if todo:
-            _drive(todo, config, kind, concurrency, address, max_tasks_per_worker, results, state, progress)
+            _drive(todo, config, pick_executor(executor, model), concurrency, address, max_tasks_per_worker,
+                   results, state, progress)
         elif progress:
             progress(state)
     finally:
@@ -191,8 +184,19 @@ def run_batch(tasks_path: Path, loop: str, *, store: str, model: str | None = No
     return state
 
 
-def _skip_finished(tasks: list[TaskLine], store: Any, config: BatchConfig, results: ResultsFile,
-                   state: Progress) -> list[TaskLine]:
+def _models(model: str | None, reflector: str | None) -> tuple[str | None, str | None]:
+    """The batch's model spec and its reflector's, files made absolute. A reflector that is '' or the
+    model itself is none: each task's model reflects."""
+    model = absolute_spec(model, Path.cwd())
+    reflector = (configured_reflector_spec() if reflector is None else reflector) or ""
+    reflector = absolute_spec(reflector.strip(), Path.cwd()) if reflector.strip() else None
+    if reflector is not None and reflector == (model or configured_spec()):
+        reflector = None
+    return model, reflector
+
+
+def _skip_finished(tasks: list[BatchTask], store: Any, config: BatchConfig, results: ResultsFile,
+                   state: Progress) -> list[BatchTask]:
     """The tasks still to run. A finished task missing from the results file (the driver was killed after
     the store had its result) gets its row written now."""
     records = dict(store.items(namespace(config.batch_id)))
@@ -210,7 +214,7 @@ def _skip_finished(tasks: list[TaskLine], store: Any, config: BatchConfig, resul
 
 
 def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int | None,
-              config: BatchConfig) -> tuple[Callable[[TaskLine], Future[dict[str, Any]]], Callable[[], None]]:
+              config: BatchConfig) -> tuple[Callable[[BatchTask], Future[dict[str, Any]]], Callable[[], None]]:
     """submit(task) -> Future, and a shutdown for Ctrl-C or the end."""
     if kind == "ray":
         from .ray_executor import RayExecutor
@@ -235,7 +239,7 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
     return (lambda task: pool.submit(run_task, config, task)), shutdown
 
 
-def _async_executor(config: BatchConfig) -> tuple[Callable[[TaskLine], Future[dict[str, Any]]], Callable[[], None]]:
+def _async_executor(config: BatchConfig) -> tuple[Callable[[BatchTask], Future[dict[str, Any]]], Callable[[], None]]:
     """Every task a coroutine on one event loop, in a thread of its own: `_drive` still sees Futures."""
     import asyncio
     import threading
@@ -246,7 +250,7 @@ def _async_executor(config: BatchConfig) -> tuple[Callable[[TaskLine], Future[di
     thread = threading.Thread(target=loop.run_forever, name="reflexa-batch-async", daemon=True)
     thread.start()
 
-    def submit(task: TaskLine) -> Future[dict[str, Any]]:
+    def submit(task: BatchTask) -> Future[dict[str, Any]]:
         return asyncio.run_coroutine_threadsafe(aio.run(run_task, config, task), loop)
 
     def stop() -> None:  # on the loop's thread: cancel what runs (a run left unfinished resumes), then stop
@@ -260,12 +264,12 @@ def _async_executor(config: BatchConfig) -> tuple[Callable[[TaskLine], Future[di
     return submit, shutdown
 
 
-def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: int, address: str | None,
+def _drive(todo: list[BatchTask], config: BatchConfig, kind: str, concurrency: int, address: str | None,
            max_tasks: int | None, results: ResultsFile, state: Progress,
            progress: Callable[[Progress], None] | None) -> None:
     submit, shutdown = _executor(kind, concurrency, address, max_tasks, config)
-    waiting: Iterator[TaskLine] = iter(todo)
-    inflight: dict[Future[dict[str, Any]], TaskLine] = {}
+    waiting: Iterator[BatchTask] = iter(todo)
+    inflight: dict[Future[dict[str, Any]], BatchTask] = {}
     more = True
     try:
         while more or inflight:
@@ -303,7 +307,7 @@ def _drive(todo: list[TaskLine], config: BatchConfig, kind: str, concurrency: in
     shutdown()
 
 
-def _collect(future: Future[dict[str, Any]], task: TaskLine, config: BatchConfig, results: ResultsFile,
+def _collect(future: Future[dict[str, Any]], task: BatchTask, config: BatchConfig, results: ResultsFile,
              state: Progress) -> None:
     try:
         report = future.result()
@@ -323,8 +327,10 @@ def _collect(future: Future[dict[str, Any]], task: TaskLine, config: BatchConfig
         state.errors.append(f"{task.key}: {report.get('error')}")
 
 
-def _count(state: Progress, task: TaskLine, row: dict[str, Any]) -> None:
-    """A finished task's row in the batch's passed and failed counts."""
+def _count(state: Progress, task: BatchTask, row: dict[str, Any]) -> None:
+    """A finished task's row in the batch's counts: by stop reason, passed, and failed (ERROR)."""
+    reason = str(row.get("stop_reason"))
+    state.by_reason[reason] = state.by_reason.get(reason, 0) + 1
     state.passed += bool(row.get("passed"))
     if row.get("stop_reason") == "ERROR":
         state.failed += 1

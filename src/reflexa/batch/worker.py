@@ -13,14 +13,13 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, ReflexaError, RunInterrupted, RunLeased
+from ..errors import ReflexaError, RunInterrupted, RunLeased
 from ..models.base import Model
 from ..trace.store import Store
-from .schema import TaskLine
+from .tasks import BatchTask
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -30,7 +29,6 @@ class BatchConfig:
     """What every worker needs to run a task of the batch; plain data, so it travels to other processes."""
 
     batch_id: str
-    loop: str
     store: str
     """The store's path (SQLite) or URL (PostgreSQL), as every worker opens it."""
     model: str | None = None
@@ -42,8 +40,6 @@ class BatchConfig:
     governor: bool = False
     """The ROI governor may cut retries for a task family where they have not paid (changes what a
     batch measures, so off by default)."""
-    budget: dict[str, Any] = field(default_factory=dict)
-    """Budget fields (max_tokens, max_calls, max_seconds, max_reflections) for each task."""
     reflector_model: str | None = None
     """The reflector's own model spec; None means each task's model reflects."""
 
@@ -88,25 +84,26 @@ def worker_model(spec: str | None, connections: int | None) -> Model:
 
 # --- result rows ------------------------------------------------------------------------------------------
 
-def make_row(config: BatchConfig, task: TaskLine, result: dict[str, Any], *, seconds: float | None,
+def make_row(config: BatchConfig, task: BatchTask, result: dict[str, Any], *, seconds: float | None,
              worker: str = WORKER) -> dict[str, Any]:
     """A task's result row, as the results file and the store keep it."""
     total = result.get("total_usage") or {}
     return {
-        "batch": config.batch_id, "key": task.key, "line": task.line, "run_id": result.get("run_id"),
+        "batch": config.batch_id, "key": task.key, "line": task.line, "loop": task.spec.loop,
+        "run_id": result.get("run_id"),
         "stop_reason": result.get("stop_reason"), "passed": result.get("stop_reason") == "PASSED",
         "output": result.get("output"), "best": result.get("best"), "iterations": result.get("iterations", 0),
         "tokens": int(total.get("input_tokens", 0)) + int(total.get("output_tokens", 0)),
         "calls": int(total.get("calls", 0)), "error": result.get("error"),
-        "counters": result.get("counters") or {}, "seconds": seconds, "worker": worker, "meta": task.meta,
+        "counters": result.get("counters") or {}, "seconds": seconds, "worker": worker, "meta": task.spec.meta,
     }
 
 
-def _crash_row(config: BatchConfig, task: TaskLine, run_id: str, error: str, seconds: float) -> dict[str, Any]:
+def _crash_row(config: BatchConfig, task: BatchTask, run_id: str, error: str, seconds: float) -> dict[str, Any]:
     return make_row(config, task, {"run_id": run_id, "stop_reason": "ERROR", "error": error[:500]}, seconds=seconds)
 
 
-def failed(task: TaskLine, error: str) -> dict[str, Any]:
+def failed(task: BatchTask, error: str) -> dict[str, Any]:
     """What a worker reports for a task it could not run (its worker died, another process holds it): no
     result, so a re-run runs it."""
     return {"state": "failed", "key": task.key, "error": error}
@@ -114,7 +111,7 @@ def failed(task: TaskLine, error: str) -> dict[str, Any]:
 
 # --- one task ---------------------------------------------------------------------------------------------
 
-def run_task(config: BatchConfig, task: TaskLine) -> dict[str, Any]:
+def run_task(config: BatchConfig, task: BatchTask) -> dict[str, Any]:
     """Run (or resume, or skip) one task; its record in the store says which. Returns {"state": "done",
     "row": ...}, {"state": "interrupted"} (Ctrl-C: the run resumes on a re-run) or a `failed` report.
     A setup fault before the run opened (no such model backend, no store) raises ReflexaError."""
@@ -153,81 +150,25 @@ def run_task(config: BatchConfig, task: TaskLine) -> dict[str, Any]:
     return _done(store, ns, task, make_row(config, task, result, seconds=round(time.time() - started, 3)))
 
 
-def _done(store: Store, ns: str, task: TaskLine, row: dict[str, Any]) -> dict[str, Any]:
+def _done(store: Store, ns: str, task: BatchTask, row: dict[str, Any]) -> dict[str, Any]:
     store.put(ns, task.key, {"state": "done", "row": row})
     return {"state": "done", "row": row}
 
 
-def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resume: str | None) -> Any:
-    """The task's loop, in a session on the shared store."""
+def _run(config: BatchConfig, task: BatchTask, store: Store, observer: Any, resume: str | None) -> Any:
+    """The task's spec, run in a session on the shared store."""
     from ..loops import Session
     from ..reflect import ExperienceLibrary, Governor
-    from ..types import Budget
 
     reflector = config.reflector_model
-    session = Session(model=worker_model(task.model or config.model, config.connections), store=store,
+    session = Session(model=worker_model(task.spec.model or config.model, config.connections), store=store,
                       observer=observer, experience=ExperienceLibrary(store) if config.experience else None,
                       governor=Governor(store) if config.governor else None,
                       reflector_model=worker_model(reflector, config.connections) if reflector else None)
-    budget = Budget(**config.budget)
-    meta = {"batch": config.batch_id, "batch_task": task.key}
-    if config.loop == "refine":
-        from ..loops.refine import MAX_ATTEMPTS, refine
-
-        return refine(task.task, _refine_checks(task), session=session, budget=budget, meta=meta, resume=resume,
-                      max_attempts=task.max_iterations or MAX_ATTEMPTS)
-    if config.loop == "react":
-        from ..cli.inputs import sql_validator
-        from ..loops.react import MAX_STEPS, react
-        from ..tools import ToolRegistry, sql_tools
-
-        assert task.db is not None  # checked when the file was read
-        db = Path(task.db)
-        validator = sql_validator(db, task.validate_) if task.validate_ is not None else None
-        return react(task.task, ToolRegistry(sql_tools(db, write=task.write)), session=session, budget=budget,
-                     validator=validator, meta={**meta, "toolset": "sql", "db": str(db)}, resume=resume,
-                     max_steps=task.max_iterations or MAX_STEPS)
-    if config.loop == "research":
-        from ..loops.research import ROUNDS, research
-        from ..search import SearchCache
-
-        return research(task.task, _search_backend(task), session=session, budget=budget,
-                        cache=SearchCache(store), meta=meta, resume=resume, max_rounds=task.max_iterations or ROUNDS)
-    raise ConfigError(f"unknown loop {config.loop!r}")
+    return task.spec.run(session, resume=resume, meta={"batch": config.batch_id, "batch_task": task.key})
 
 
-def _refine_checks(task: TaskLine) -> list[Any]:
-    from ..evaluate import CommandCheck, JsonSchemaCheck, Limits, PytestCheck, PythonScriptCheck, RegexCheck, Sandbox
-
-    sandbox = Sandbox(Limits.within(task.timeout))
-    checks: list[Any] = []
-    if task.tests:
-        checks.append(PytestCheck(Path(task.tests), sandbox=sandbox))
-    if task.test_code:
-        checks.append(PythonScriptCheck(task.test_code, sandbox=sandbox))
-    if task.check:
-        checks.append(CommandCheck(task.check, out=task.out, workdir=Path(task.workdir), sandbox=sandbox))
-    if task.regex is not None:
-        checks.append(RegexCheck(task.regex))
-    if task.json_schema is not None:
-        checks.append(JsonSchemaCheck(task.json_schema))
-    return checks
-
-
-def _search_backend(task: TaskLine) -> Any:
-    if task.search == "local":
-        from ..search import LocalCorpus
-
-        assert task.corpus is not None  # checked when the file was read
-        backend = LocalCorpus.for_folder(Path(task.corpus))
-        backend.index(Path(task.corpus))
-        return backend
-    from ..search.web import backend as web_backend
-
-    return web_backend(task.search)
-
-
-def record_row(store: Store, config: BatchConfig, task: TaskLine) -> dict[str, Any] | None:
+def record_row(store: Store, config: BatchConfig, task: BatchTask) -> dict[str, Any] | None:
     """The task's finished row from the store, or None while it has none."""
     state = store.get(namespace(config.batch_id), task.key) or {}
     return state.get("row") if state.get("state") == "done" else None

@@ -1,12 +1,13 @@
-"""`reflexa batch`: the progress view and the summary (the command's options are in app.py)."""
+"""`reflexa batch`: the command, its progress view and its summary."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -14,7 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..batch import BatchInterrupted, run_batch
 from ..batch.runner import Progress as BatchProgress
 from ..errors import ConfigError
+from .common import EXIT_CODES, NOT_PASSED, clean_errors, console, errors, exit_code
 from .live import hard_exit
+from .options import ModelOpt, ReflectorOpt, TraceOpt, option, path_arg
 
 
 class BatchView:
@@ -27,8 +30,10 @@ class BatchView:
         self.task: Any = None
 
     def __call__(self, state: BatchProgress) -> None:
-        counts = (f"[green]{state.passed} passed[/green] · [red]{state.failed} failed[/red] · "
-                  f"{state.running} running" + (f" · {state.skipped} done before" if state.skipped else ""))
+        stopped = sum(state.by_reason.values()) - state.passed - state.by_reason.get("ERROR", 0)
+        counts = (f"[green]{state.passed} passed[/green] · [yellow]{stopped} not passed[/yellow] · "
+                  f"[red]{state.failed} failed[/red] · {state.running} running"
+                  + (f" · {state.skipped} done before" if state.skipped else ""))
         # The bar counts this run's tasks only, so the ETA comes from this run's pace.
         total = state.total - state.skipped
         if self.task is None:
@@ -40,10 +45,73 @@ class BatchView:
         self.progress.stop()
 
 
+TasksArg = Annotated[Path, typer.Argument(parser=path_arg, metavar="TASKS", show_default=False,
+                                         help="A JSON Lines file: one task spec a line (docs/tasks.md).")]
+TokensOpt = Annotated[int | None, option("N", "Token budget of each task that sets none.", min=1)]
+CallsOpt = Annotated[int | None, option("N", "Model-call budget of each task that sets none.", min=1)]
+SecondsOpt = Annotated[float | None, option("SECONDS", "Wall-clock budget of each task that sets none.", min=0.1)]
+ReflectionsOpt = Annotated[int | None, option("N", "Reflector calls of each task that sets none.", min=0)]
+
+
+def batch(
+    tasks: TasksArg,
+    loop: Annotated[str, option("LOOP", "The loop of a line that names none (default refine).",
+                                names=("--loop", "-l"))] = "refine",
+    concurrency: Annotated[int, option("N", "Tasks at once (default 4).", names=("--concurrency", "-c"), min=1,
+                                       max=1024)] = 4,
+    executor: Annotated[str, option("KIND", "local (threads; processes for the embedded model, the default), "
+                                    "async (coroutines on one event loop) or ray.")] = "local",
+    address: Annotated[str | None, option("ADDRESS", "A Ray cluster to run on (default: a local Ray).")] = None,
+    out: Annotated[Path | None, option("FILE", "The results file (JSON Lines). Default: TASKS.results.jsonl "
+                                       "beside the tasks file.", names=("--out", "-o"), path=True)] = None,
+    model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
+    connections: Annotated[int | None, option("N", "Model calls in flight at most per backend in one process "
+                                              "(default: --concurrency).", min=1)] = None,
+    experience: Annotated[bool, option(None, "Tasks share the experience library (default on).",
+                                       names=("--experience/--no-experience",))] = True,
+    governor: Annotated[bool, option(None, "Let the ROI governor cut retries that do not pay.",
+                                     names=("--governor",))] = False,
+    max_tokens: TokensOpt = None,
+    max_calls: CallsOpt = None,
+    max_seconds: SecondsOpt = None,
+    max_reflections: ReflectionsOpt = None,
+    as_json: Annotated[bool, option(None, "No progress bar; print the summary as JSON.", names=("--json",))] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Run every task of a JSON Lines file with concurrent workers on one store; the same command again
+    skips finished tasks and resumes interrupted ones. Exit 0 when every task passed (docs/batch.md)."""
+    from ..trace.sqlite import default_path
+    from ..trace.store import trace_env
+
+    with clean_errors():
+        if executor not in ("local", "async", "ray"):
+            raise ConfigError(f"--executor must be local, async or ray, not {executor!r}")
+        if address is not None and executor != "ray":
+            raise ConfigError("--address needs --executor ray")
+        budget = {"max_tokens": max_tokens, "max_calls": max_calls, "max_seconds": max_seconds,
+                  "max_reflections": max_reflections}
+        store = trace or trace_env() or str(default_path())
+        code = run(tasks, loop, store=store, out=out, as_json=as_json, model=model, concurrency=concurrency,
+                   executor=executor, address=address, connections=connections, experience=experience,
+                   governor=governor, budget=budget, reflector_model=reflector_model)
+    raise typer.Exit(code)
+
+
+def batch_exit_code(state: BatchProgress) -> int:
+    """1 when a task ended in ERROR or has no result (its worker died); else 3 when a task stopped without
+    passing; else 4 when some answer was unverified; else 0: every task PASSED."""
+    if state.remaining or state.failed:
+        return EXIT_CODES["ERROR"]
+    codes = {exit_code(reason) for reason in state.by_reason}
+    return next((code for code in (NOT_PASSED, EXIT_CODES["ANSWERED_UNVERIFIED"]) if code in codes), 0)
+
+
 def summary(state: BatchProgress, *, out: Path, store: str, seconds: float) -> dict[str, Any]:
     ran = state.done + state.failed_unfinished
     return {"batch": state.batch_id, "tasks": state.total, "done_before": state.skipped, "done": state.done,
-            "passed": state.passed, "failed": state.failed, "unfinished": state.remaining,
+            "by_stop_reason": dict(sorted(state.by_reason.items())), "passed": state.passed,
+            "failed": state.failed, "unfinished": state.remaining, "exit_code": batch_exit_code(state),
             "seconds": round(seconds, 2), "tasks_per_second": round(ran / seconds, 2) if seconds > 0 else None,
             "results": str(out), "store": _redacted(store), "errors": state.errors[:20]}
 
@@ -54,10 +122,9 @@ def _redacted(store: str) -> str:
     return redact(store) if is_url(store) else store
 
 
-def run(tasks: Path, loop: str, *, store: str, out: Path | None, console: Console, errors: Console,
-        as_json: bool, **options: Any) -> int:
-    """Run the batch under the progress view; print the summary; return the exit code (0 every task has a
-    result and none failed, 1 some failed, 130 interrupted)."""
+def run(tasks: Path, loop: str, *, store: str, out: Path | None, as_json: bool, **options: Any) -> int:
+    """Run the batch under the progress view; print the summary; return the exit code (batch_exit_code, or
+    130 interrupted)."""
     out = out or tasks.with_name(tasks.stem + ".results.jsonl")
     if out.resolve() == tasks.resolve():
         raise ConfigError("--out names the tasks file itself", hint="give --out another file")
@@ -83,12 +150,17 @@ def run(tasks: Path, loop: str, *, store: str, out: Path | None, console: Consol
     if as_json:
         print(json.dumps(report, indent=2))
     else:
-        console.print(f"batch {state.batch_id}: {state.done} run now, {state.skipped} done before; "
-                      f"{state.passed} passed, {state.failed} failed, {state.remaining} unfinished; "
-                      f"{report['seconds']} s ({report['tasks_per_second']} tasks/s)", highlight=False)
-        console.print(f"results: {out}  store: {report['store']}", markup=False, highlight=False)
-        for line in state.errors[:5]:
-            errors.print(f"[red]failed[/red] {escape(line)}", highlight=False)
-    if state.remaining:
-        return 1
-    return 1 if state.failed else 0
+        _print_summary(state, report, out)
+    return int(report["exit_code"])
+
+
+def _print_summary(state: BatchProgress, report: dict[str, Any], out: Path) -> None:
+    """Every task counted by how it ended, then where the rows are, then the first errors."""
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(state.by_reason.items(),
+                                                                        key=lambda item: -item[1]))
+    unfinished = f", {state.remaining} unfinished" if state.remaining else ""
+    console.print(f"batch {state.batch_id}: {state.total} task(s): {reasons or 'none finished'}{unfinished} "
+                  f"({state.done} run now, {state.skipped} done before; {report['seconds']} s)", highlight=False)
+    console.print(f"results: {out}  store: {report['store']}", markup=False, highlight=False)
+    for line in state.errors[:5]:
+        errors.print(f"[red]failed[/red] {escape(line)}", highlight=False)

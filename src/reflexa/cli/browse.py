@@ -201,20 +201,13 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
                       f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)
 
 
-TRIALS_RESUME = ("reflexa resume on its unfinished trial, a react run (reflexa runs --loop react: it is interrupted "
-                 "or stale)")
 BATCH_RESUME = "run the same `reflexa batch` command again: it resumes the batch's interrupted tasks"
 
 
 def cli_resumes(record: RunRecord) -> bool:
-    """Whether `reflexa resume` can rebuild this run: a react or plan run on the CLI's SQL tools, or a
-    refine or research run the CLI started (its inputs are in the run's meta). A batch's task is resumed by
-    its batch, which knows the task's inputs and writes its row."""
-    if "batch" in record.meta:
-        return False
-    if record.loop in ("react", "plan"):
-        return record.meta.get("toolset") == "sql"
-    return record.loop in ("refine", "research") and "cli" in record.meta
+    """Whether `reflexa resume` can rebuild this run: it stored its task spec (every run the CLI starts
+    does) and is no part of a batch, a plan or a trials run, which resume their parts themselves."""
+    return "spec" in record.meta and "batch" not in record.meta and "parent" not in record.meta
 
 
 def resume_hint(record: RunRecord) -> str:
@@ -222,11 +215,9 @@ def resume_hint(record: RunRecord) -> str:
     command), the rest are resumed from Python."""
     meta, short = record.meta, record.run_id[:12]
     if "parent" in meta:
-        return f"reflexa resume {str(meta['parent'])[:12]} (the plan this sub-goal belongs to)"
+        return f"reflexa resume {str(meta['parent'])[:12]} (the run this one is part of)"
     if "batch" in meta:
         return BATCH_RESUME
     if cli_resumes(record):
         return f"reflexa resume {short}"
-    if record.loop == "trials":
-        return f"{TRIALS_RESUME}, or from Python: trials(..., resume={short!r})"
     return f"{record.loop}(..., resume={short!r}) from Python"

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..loops.plan import PlanMade, Propagated, UnitStatus
+from ..loops.plan import PlanMade, PlanRejected, Propagated, UnitStatus
 from ..loops.react import Acted
 from ..loops.refine import Attempt, Checked, Flag, NoProgress
 from ..loops.research import Audited, Queries, Searched
@@ -100,6 +100,8 @@ class View:
                            + (" [dim](subjective)[/dim]" if c.verdict.subjective else ""))
         for signal in c.verdict.signals:
             self.console.print(_signal_line(signal))
+            if self.lines is None and not signal.ok and signal.evidence:  # --full: the output behind the message
+                self.console.print(f"[dim]{escape(signal.evidence)}[/dim]", highlight=False)
 
     def decided(self, step: Step, d: Decided) -> None:
         labels = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}
@@ -130,6 +132,10 @@ class View:
         status = "[green]ok[/green]" if s.status == "ok" else f"[red]failed: {escape(s.error or '')}[/red]"
         cached = " [dim](cached)[/dim]" if s.cached else ""
         self.console.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
+        if self.lines is None:  # --full: which passages, and where from
+            for passage in s.passages:
+                self.console.print(f"    [dim]{escape(passage.id)}[/dim] {escape(passage.title)} — "
+                                   f"{escape(passage.source)}", highlight=False)
 
     def audited(self, step: Step, a: Audited) -> None:
         checked = a.signal.ok and a.signal.score == 1.0  # ✓ only when something was cited and checked
@@ -148,6 +154,13 @@ class View:
         if p.checkpoint is not None:
             self.console.rule(f"goal tree ({p.source})")
             self.console.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
+
+    def plan_rejected(self, step: Step, p: PlanRejected) -> None:
+        self.console.rule("goal tree rejected")
+        if p.tree is not None:
+            self.console.print(plan_tree(p.tree, []))
+        for error in p.errors:
+            self.console.print(f"  [red]✗[/red] {escape(error)}")
 
     def unit_status(self, step: Step, u: UnitStatus) -> None:
         mark, style = UNIT_MARKS.get(u.status, ("·", "dim"))
@@ -173,7 +186,8 @@ RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
     ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
     Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
     Flag: View.note, NoProgress: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
-    PlanMade: View.plan_made, UnitStatus: View.unit_status, Propagated: View.propagated,
+    PlanMade: View.plan_made, PlanRejected: View.plan_rejected, UnitStatus: View.unit_status,
+    Propagated: View.propagated,
 }
 """One renderer per step kind; a test checks every registered kind has one."""
 
@@ -347,6 +361,7 @@ def counters_line(counters: dict[str, Any]) -> str:
 
 
 def print_summary(console: Console, result: Result) -> None:
+    """The usage, notes and engine counts of a finished run, then how it ended."""
     console.print(usage_table(result.usage))
     for note in result.notes:
         console.print(f"[yellow]{escape(note)}[/yellow]")
@@ -406,13 +421,17 @@ class PlanView(LiveView):
     """A live view of a plan: the tree when it is made and each time a sub-goal finishes, a line per status
     change and per propagated control; the units' own steps only with --verbose."""
 
-    PLAN_KINDS = (PlanMade, UnitStatus, Propagated)
+    PLAN_KINDS = (PlanMade, PlanRejected, UnitStatus, Propagated)
     plan_run = ""
+    """The plan's own run: the first run announced (the units' runs come after it)."""
+
+    def __call__(self, event: str, data: Any) -> None:
+        if event == "run" and not self.plan_run:
+            self.plan_run = str(data)
+        super().__call__(event, data)
 
     def step(self, step: Step) -> None:
         data = step.payload()
-        if isinstance(data, self.PLAN_KINDS):
-            self.plan_run = step.run_id
         if isinstance(data, self.PLAN_KINDS) or (isinstance(data, Stop) and step.run_id == self.plan_run):
             super().step(step)
             if isinstance(data, UnitStatus) and data.status not in ("running", "pending") and data.checkpoint:

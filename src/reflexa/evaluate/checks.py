@@ -20,7 +20,7 @@ from pydantic import BaseModel, field_validator
 
 from ..errors import ConfigError
 from ..structured import Message, Text300, json_document
-from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, data
+from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, fence_untrusted
 from .sandbox import ExecResult, Limits, Sandbox
 
 EVIDENCE_CHARS = 1500
@@ -461,7 +461,7 @@ class LLMJudge:
             raise ValueError("LLMJudge needs a model: run it inside a loop")
         messages: list[Message] = [
             {"role": "system", "content": "You grade an answer against its task. You never rewrite it."},
-            {"role": "user", "content": f"Task:\n{context.task}\n\nAnswer:\n<<<\n{data(candidate)}\n>>>\n\n"
+            {"role": "user", "content": f"Task:\n{context.task}\n\nAnswer:\n<<<\n{fence_untrusted(candidate)}\n>>>\n\n"
              "Reply with JSON: status PASS, NEEDS_IMPROVEMENT or FAIL, and a one-sentence reason."},
         ]
         completion = context.ask(Role.EVALUATOR, messages, schema=Judgement, max_tokens=160)
@@ -475,6 +475,44 @@ class LLMJudge:
         passed = judgement.status == "PASS"
         return Signal(self.name, passed, None if passed else ErrorCode.JUDGED_FAIL, judgement.reason,
                       subjective=True, score=score)
+
+
+class FunctionCheck:
+    """A plain function as a check: `candidate -> bool | str | Signal | None`. True or None passes; False
+    fails; a string fails and says what is wrong; a Signal is taken as it is (with its `pinpointed` flag).
+    An exception the function raises fails the candidate and names the exception."""
+
+    subjective = False
+
+    def __init__(self, function: Callable[[str], bool | str | Signal | None], name: str | None = None) -> None:
+        self.function = function
+        self.name = name or getattr(function, "__name__", "check").replace("<lambda>", "check")
+
+    def run(self, candidate: str, context: CheckContext) -> Signal:
+        try:
+            said = self.function(candidate)
+        except Exception as exc:  # noqa: BLE001 - a user's check that raised: the candidate fails, named
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{type(exc).__name__}: {exc}"[:300], score=0.0)
+        if isinstance(said, Signal):
+            return said
+        if said is None or said is True:
+            return Signal(self.name, True, score=1.0)
+        if said is False:
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{self.name} returned False", score=0.0)
+        if isinstance(said, str):
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, said or f"{self.name} failed", score=0.0)
+        raise TypeError(f"check {self.name} returned {type(said).__name__}; a check returns a bool, a str "
+                        "(what is wrong), a Signal or None")
+
+
+def as_check(check: Check | Callable[[str], Any]) -> Check:
+    """A check as given: a `Check` (anything with `name` and `run`), or a plain function (FunctionCheck)."""
+    if hasattr(check, "run") and hasattr(check, "name"):
+        return check  # type: ignore[return-value]
+    if callable(check):
+        return FunctionCheck(check)
+    raise ConfigError(f"not a check: {check!r}", hint="give a Check (PytestCheck, CommandCheck, ...) or a function "
+                      "candidate -> bool | str | Signal")
 
 
 def verdict_from(signals: Sequence[Signal]) -> Verdict:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..evaluate.answer import Validator, ValidatorCheck, all_of
 from ..reflect.engine import Decided
-from ..runtime import Checkpoint, Run, Stop
+from ..runtime import Checkpoint, Stop
 from ..search.base import SearchBackend
 from ..tools.registry import Tool, ToolRegistry
 from ..trace.store import RunRecord
@@ -44,14 +44,12 @@ from . import goals
 from . import plan_prompts as prompts
 from .goals import GoalTree, Subgoal
 from .react import MAX_STEPS, Acted, react
-from .session import Episode, Outcome, Session, run_loop
+from .session import Episode, Outcome, Session, find_child, run_loop, widened
 
 PLAN_TOKENS = 768
 """The planner's reply is capped at this many tokens: about 8 sub-goals of one sentence each."""
 MAX_REPLANS = 1
 """Failed sub-goals a plan asks the planner to rewrite, over the whole tree; each is a model call in the budget."""
-CHILD_SCAN = 1000
-"""Runs a resume looks through (newest first, since the plan started) to find a sub-goal's child run."""
 DONE = ("passed", "answered")
 SPENT = (StopReason.BUDGET_TOKENS, StopReason.BUDGET_CALLS, StopReason.TIMEOUT)
 WORST_FIRST = (StopReason.ERROR, StopReason.UNRECOVERABLE, *SPENT, StopReason.NO_PROGRESS, StopReason.MAX_ITERATIONS,
@@ -70,6 +68,16 @@ class PlanMade(Payload):
     errors: list[str] = field(default_factory=list)
     """What was wrong with the planner's first reply, when the re-ask fixed it."""
     checkpoint: Checkpoint | None = None
+
+
+@payload("plan_rejected")
+@dataclass(slots=True)
+class PlanRejected(Payload):
+    """The planner's last tree, which cannot run, and why: what a reader needs to see before the stop."""
+
+    tree: dict[str, Any] | None
+    """None when the reply held no tree at all."""
+    errors: list[str]
 
 
 @payload("subgoal")
@@ -180,12 +188,12 @@ class Ran:
                    usage)
 
 
-def plan(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
+def plan(task: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
          budget: Budget = Budget(), tree: GoalTree | Mapping[str, Any] | Path | None = None,
          max_subgoals: int = goals.MAX_SUBGOALS, max_steps: int = MAX_STEPS, validator: Validator | None = None,
          facts: Sequence[str] = (), db: str | Path | None = None, search: SearchBackend | None = None,
          replan: bool = True, meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
-    """Break `goal` into a goal tree and run each sub-goal as a child run, in dependency order.
+    """Break `task` into a goal tree and run each sub-goal as a child run, in dependency order.
 
     The planner writes the tree unless `tree` gives it (a GoalTree, plain data or a JSON file: checked
     before any model call, ConfigError when it cannot run). One `budget` covers the planner, every unit
@@ -206,10 +214,12 @@ def plan(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | 
         tree = record.meta.get("tree")  # a given tree, in case the plan was killed before it recorded it
     given = None if tree is None else goals.load(tree, registry.tools, max_subgoals=max_subgoals, db=db_path,
                                                  search=search is not None)
-    ctx = Context(session, registry, given, max_steps, validator, db_path, search, replan, meta or {})
+    # A unit's run carries the plan's labels (a batch's), not the plan's own spec: it is no plan to resume.
+    child_meta = {key: value for key, value in (meta or {}).items() if key != "spec"}
+    ctx = Context(session, registry, given, max_steps, validator, db_path, search, replan, child_meta)
     run_meta = {"max_steps": max_steps, **({"tree": given.model_dump()} if given else {}), **(meta or {})}
-    return run_loop(session, "plan", goal, PlanState(goal, list(facts)), lambda ep, s: _plan(ep, s, ctx),
-                    budget=budget, bound=max_subgoals, cut="reflections", reflections=False, meta=run_meta,
+    return run_loop(session, "plan", task, PlanState(task, list(facts)), lambda ep, s: _plan(ep, s, ctx),
+                    budget=budget, bound=max_subgoals, cut="reflections", reflect=False, meta=run_meta,
                     resume=resume)
 
 
@@ -251,7 +261,7 @@ def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
     messages = prompts.plan_messages(s.request, ctx.registry.describe())
     first: list[str] = []
     for _ in (1, 2):
-        reply = ep.run.call(Role.GENERATOR, messages, schema=goals.Planned, max_tokens=PLAN_TOKENS, reask=False)
+        reply = ep.run.call(Role.PLANNER, messages, schema=goals.Planned, max_tokens=PLAN_TOKENS, reask=False)
         if reply is None:
             return Stop(ep.run.budget_stop or StopReason.ERROR)
         tree, errors = goals.parse(reply.value, planned=True) if reply.value is not None else (None, [
@@ -265,6 +275,7 @@ def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
             return tree
         first = first or errors
         messages = prompts.reask(messages, reply.text, errors)
+    ep.run.record(PlanRejected(tree.model_dump() if tree is not None else None, errors))
     return Stop(StopReason.UNRECOVERABLE, "the planner's plan cannot run: " + "; ".join(errors)[:400])
 
 
@@ -290,12 +301,12 @@ def _status(ep: Episode, s: PlanState, unit: Unit, status: str, reason: str = ""
 def _run_unit(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ctx: Context, resumed: bool) -> Ran:
     """One child run for `unit`: a resumed plan resumes the unit's unfinished run, or reads a finished one."""
     sub = tree.get(unit.name)
-    child = _child(ep.run, unit.name, unit.attempts) if resumed else None
+    child = find_child(ep.run, parent=ep.run.run_id, subgoal=unit.name, attempt=unit.attempts) if resumed else None
     if child is not None and child.status == "finished":
         return Ran.stored(child)
     budget = ep.run.meter.remaining()
     if child is not None:  # the resumed child counts what it spent before the kill itself
-        budget = _widened(budget, Usage.total(st.usage for st in ep.run.store.steps(child.run_id) if st.role))
+        budget = widened(budget, Usage.total(st.usage for st in ep.run.store.steps(child.run_id) if st.role))
     meta = {**ctx.meta, "parent": ep.run.run_id, "subgoal": unit.name, "attempt": unit.attempts}
     checks = [v for v in (goals.validator(sub.check, ctx.db) if sub.check else None,
                           ctx.validator if sub.name in tree.sinks() else None) if v is not None]
@@ -334,22 +345,6 @@ def _checked(result: Result, check: Validator | None) -> Result:
     if (why := check(answer)) is None:
         return replace(result, stop_reason=StopReason.PASSED)
     return replace(result, stop_reason=StopReason.UNRECOVERABLE, error=f"the answer failed its check: {why}")
-
-
-def _child(run: Run, name: str, attempt: int) -> RunRecord | None:
-    """The stored child run of a sub-goal's attempt, found by its meta (it may have started, or finished,
-    in a process that was killed before the plan recorded it)."""
-    parent = run.store.get_run(run.run_id)
-    for record in run.store.runs(CHILD_SCAN, since=parent.started_at if parent else None):
-        meta = record.meta
-        if meta.get("parent") == run.run_id and meta.get("subgoal") == name and meta.get("attempt") == attempt:
-            return record
-    return None
-
-
-def _widened(budget: Budget, spent: Usage) -> Budget:
-    return replace(budget, max_tokens=None if budget.max_tokens is None else budget.max_tokens + spent.total_tokens,
-                   max_calls=None if budget.max_calls is None else budget.max_calls + spent.calls)
 
 
 def _memory(s: PlanState, tree: GoalTree, sub: Subgoal) -> list[str]:
@@ -442,7 +437,7 @@ def _replan(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, reason: str, 
                       if lesson.control and lesson.control.kind == "block_tool"})
     messages = prompts.replan_messages(s.request, ctx.registry.describe(), name=sub.name, task=sub.task,
                                        reason=reason, blocked=blocked)
-    reply = ep.run.call(Role.GENERATOR, messages, schema=prompts.Replanned, max_tokens=256)
+    reply = ep.run.call(Role.PLANNER, messages, schema=prompts.Replanned, max_tokens=256)
     value = reply.value if reply is not None else None
     if value is None or any(t not in ctx.registry.tools or t in blocked for t in value.tools or []):
         return False

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from ..structured import Message, Text300
-from ..types import data
+from ..types import fence_untrusted
 from .goals import MAX_SUBGOALS, TASK_CHARS
 
 SYSTEM = (
@@ -35,7 +35,7 @@ class Replanned(BaseModel):
 
 def plan_messages(request: str, tools: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM + tools},
-            {"role": "user", "content": f"Request:\n<<<\n{data(request[:2000])}\n>>>"}]
+            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(request[:2000])}\n>>>"}]
 
 
 def reask(messages: list[Message], reply: str, errors: Sequence[str]) -> list[Message]:
@@ -47,5 +47,5 @@ def reask(messages: list[Message], reply: str, errors: Sequence[str]) -> list[Me
 def replan_messages(request: str, tools: str, *, name: str, task: str, reason: str,
                     blocked: Sequence[str]) -> list[Message]:
     return [*plan_messages(request, tools)[:1],
-            {"role": "user", "content": f"Request:\n<<<\n{data(request[:1000])}\n>>>\n\n" + REPLAN.format(
+            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(request[:1000])}\n>>>\n\n" + REPLAN.format(
                 name=name, reason=reason[:300], task=task[:TASK_CHARS], blocked=", ".join(blocked) or "none")}]

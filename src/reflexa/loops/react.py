@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import aio
-from ..reflect import Facts, Outcome, Workspace
+from ..reflect import Facts, Handling, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
 from ..tools.registry import Blocks, Observation, Tool, ToolRegistry, ToolSession, effect_tool, interrupted_effects
 from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, Signal, StopReason, Usage, payload
 from . import react_prompts as prompts
-from .session import Episode, Session, run_loop
-from .session import Outcome as RunOutcome
+from .session import Episode, Outcome, Session, run_loop
 
 MAX_STEPS = 8
 """Steps a react run takes at most by default."""
@@ -131,20 +130,20 @@ class ReactState(Serial):
     answer: str | None = None
     validated: bool = False
 
-    def outcome(self, episode: Episode) -> RunOutcome:
+    def outcome(self, episode: Episode) -> Outcome:
         counters = episode.engine.counters
         notes = ([] if self.validated or self.answer is None
                  else ["the final answer was not validated: no validator was given"])
-        return RunOutcome(self.answer, self.answer if self.validated else None, iterations=self.step, notes=notes,
+        return Outcome(self.answer, self.answer if self.validated else None, iterations=self.step, notes=notes,
                           retried=counters.reflector_calls + counters.experience_hits > 0,
                           retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
 
 
-def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
+def react(task: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
           budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
           memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
-    """Pursue `goal` with `tools` for at most `max_steps` steps.
+    """Pursue `task` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
     answer is the `final_answer` action. It ends PASSED only when `validator` accepts it, and
@@ -156,7 +155,7 @@ def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session |
     `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    state = ReactState(Workspace(goal))
+    state = ReactState(Workspace(task))
     state.workspace.remember(list(memory))
     for lesson in lessons:
         state.workspace.apply(lesson)
@@ -169,7 +168,7 @@ def react(goal: str, tools: ToolRegistry | Sequence[Tool], *, session: Session |
     def body(ep: Episode, s: ReactState) -> Stop:
         return _steps(ep, s, ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks), validator, similarity)
 
-    return run_loop(session or Session(), "react", goal, state, body, budget=budget,
+    return run_loop(session or Session(), "react", task, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
 
 
@@ -305,7 +304,7 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
                  answer_asked=action in s.answer_asked)
 
 
-def _apply(outcome: Outcome, s: ReactState, failed: Action, tools: ToolSession) -> None:
+def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession) -> None:
     """Carry out the engine's decision for the next step: queue a rule repair, apply a lesson."""
     repair = outcome.repair
     if repair is not None and isinstance(failed, ToolCall):

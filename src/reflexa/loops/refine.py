@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from ..evaluate.checks import Check, CheckContext, run_checks
+from ..evaluate.checks import Check, CheckContext, as_check, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..runtime import Stop
-from ..types import Budget, Lesson, Payload, Result, Role, Serial, Signal, Status, StopReason, Verdict, data, payload
+from ..types import (
+    Budget,
+    Lesson,
+    Payload,
+    Result,
+    Role,
+    Serial,
+    Signal,
+    Status,
+    StopReason,
+    Verdict,
+    fence_untrusted,
+    payload,
+)
 from . import refine_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
 
@@ -99,17 +112,18 @@ class RefineState(Serial):
                        retried=self.attempts > 1, retry_tokens=total - self.first_attempt_tokens)
 
 
-def refine(task: str, checks: Sequence[Check], *, session: Session | None = None, budget: Budget = Budget(),
-           max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback", explain: bool = True,
-           lessons: Sequence[Lesson] = (), max_tokens: int = 512, temperature: float = 0.0,
+def refine(task: str, checks: Sequence[Check | Callable[[str], Any]], *, session: Session | None = None,
+           budget: Budget = Budget(), max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback",
+           reflect: bool = True, lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
            resample: Resample = "revision", family: str = "refine", meta: dict[str, Any] | None = None,
            resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
-    a spent budget.
+    a spent budget. A check is a `Check` or a plain function `candidate -> bool | str | Signal` (a string
+    says what is wrong).
 
     The checks decide PASS, NEEDS_IMPROVEMENT (revise the latest candidate with its feedback) or FAIL
     (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
-    with `explain`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
+    with `reflect`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
     otherwise, or when the quota is spent, the raw signals are the feedback. `context` says what a revision
     sees: "feedback" (the default) the task and how the latest candidate failed, without its code (a small
     model shown its failed code copies it); "latest" that candidate and its feedback, to revise; "full"
@@ -122,26 +136,27 @@ def refine(task: str, checks: Sequence[Check], *, session: Session | None = None
     """
     if not checks:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
+    checking = [as_check(check) for check in checks]
     if context not in CONTEXTS:
         raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}")
     state = RefineState(task, list(lessons))
 
     def body(ep: Episode, s: RefineState) -> Stop:
-        return _attempts(ep, s, checks, context, max_tokens, temperature, resample)
+        return _attempts(ep, s, checking, context, max_reply_tokens, temperature, resample)
 
     return run_loop(session or Session(), "refine", task, state, body, budget=budget, bound=max_attempts,
-                    family=family, reflections=explain, resume=resume,
-                    meta={"context": context, "checks": [c.name for c in checks], **(meta or {})})
+                    family=family, reflect=reflect, resume=resume,
+                    meta={"context": context, "checks": [c.name for c in checking], **(meta or {})})
 
 
-def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, max_tokens: int,
+def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, reply_tokens: int,
               temperature: float, resample: Resample) -> Stop:
     """The loop itself: attempt, check, then stop, revise or restart."""
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
     while s.attempts < ep.bound:
         revised = s.revising is not None
-        tried = _attempt(ep, s, checks, check_context, context, max_tokens, temperature)
+        tried = _attempt(ep, s, checks, check_context, context, reply_tokens, temperature)
         if tried is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         candidate, verdict = tried
@@ -191,14 +206,14 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
 
 
 def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context: CheckContext,
-             context: ContextStrategy, max_tokens: int, temperature: float) -> tuple[str, Verdict] | None:
+             context: ContextStrategy, reply_tokens: int, temperature: float) -> tuple[str, Verdict] | None:
     """One attempt, recorded and checked: the candidate and its verdict, or None when the model call was
     refused (a spent budget) or failed."""
     run = ep.run
     sampled, s.sample_next = s.sample_next, False
     attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
     reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
-                     max_tokens=max_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
+                     max_tokens=reply_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
     if reply is None:
         return None
     plan_text, candidate = prompts.split_reply(reply.text)
@@ -220,4 +235,4 @@ def signal_lesson(attempt: int, failure: Signal) -> Lesson:
 
 def _evidence(verdict: Verdict, limit: int = 600) -> str:
     evidence = "\n".join(s.evidence for s in verdict.failing if s.evidence)
-    return f"Output:\n<<<\n{data(evidence[-limit:])}\n>>>" if evidence else ""
+    return f"Output:\n<<<\n{fence_untrusted(evidence[-limit:])}\n>>>" if evidence else ""

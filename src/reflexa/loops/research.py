@@ -61,7 +61,10 @@ class Searched(Payload):
     status: str
     cached: bool = False
     evidence: list[str] = field(default_factory=list)
+    """The ids of the passages found."""
     error: str | None = None
+    passages: list[Evidence] = field(default_factory=list)
+    """The passages themselves, as the backend returned them."""
 
 
 @payload("audit")
@@ -118,10 +121,10 @@ class ResearchState(Serial):
                        notes=list(self.notes), details=details, counters=counters, retried=self.rounds > 0)
 
 
-def research(question: str, backend: SearchBackend, *, session: Session | None = None, budget: Budget = Budget(),
+def research(task: str, backend: SearchBackend, *, session: Session | None = None, budget: Budget = Budget(),
              max_rounds: int = ROUNDS, cache: SearchCache | None = None, k: int = RESULTS_PER_QUERY,
              meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
-    """Answer `question` from evidence: a draft, then up to `max_rounds` rounds of search and revision.
+    """Answer the question `task` from evidence: a draft, then up to `max_rounds` rounds of search and revision.
 
     The answer cites retrieved evidence as [n]; a claim with no evidence keeps an [UNCERTAIN: ...] marker;
     a failed search is named in the answer; references are built in code from retrieved evidence only.
@@ -131,7 +134,7 @@ def research(question: str, backend: SearchBackend, *, session: Session | None =
     def body(ep: Episode, s: ResearchState) -> Stop:
         return _rounds(ep, s, backend, cache, k)
 
-    return run_loop(session or Session(), "research", question, ResearchState(question), body, budget=budget,
+    return run_loop(session or Session(), "research", task, ResearchState(task), body, budget=budget,
                     bound=max_rounds, meta={"backend": backend.name, **(meta or {})}, resume=resume)
 
 
@@ -219,7 +222,7 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
     if cache:
         s.cache_hits, s.cache_misses = s.cache_hits + (hits is not None), s.cache_misses + (hits is None)
     if hits is not None:
-        run.record(Searched(query, "ok", True, [e.id for e in hits]), Role.SEARCH, started_at=started)
+        run.record(Searched(query, "ok", True, [e.id for e in hits], passages=hits), Role.SEARCH, started_at=started)
         return hits
     if (spent := run.meter.check()) is not None:
         s.failed[query] = f"not run: budget spent ({spent})"
@@ -236,7 +239,7 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
         return []
     if cache:
         cache.put(source, query, hits)
-    run.record(Searched(query, "ok", False, [e.id for e in hits]), Role.SEARCH, usage=Usage(calls=1),
+    run.record(Searched(query, "ok", False, [e.id for e in hits], passages=hits), Role.SEARCH, usage=Usage(calls=1),
                started_at=started)
     return hits
 

@@ -10,7 +10,7 @@ INTERRUPTED, and a program bug -> ERROR in the store before the exception goes o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from .. import observe
@@ -19,8 +19,8 @@ from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
 from ..runtime import Checkpoint, Observer, Run, Stop
-from ..trace.store import MemoryStore, Store
-from ..types import Budget, Result, Role, StopReason, Verdict
+from ..trace.store import MemoryStore, RunRecord, Store
+from ..types import Budget, Result, Role, StopReason, Usage, Verdict
 
 
 @dataclass(slots=True)
@@ -111,11 +111,12 @@ Body = Callable[[Episode, S], Stop]
 
 
 def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *, budget: Budget, bound: int,
-             family: str | None = None, cut: str = "retries", reflections: bool = True,
+             family: str | None = None, cut: str = "retries", reflect: bool = True,
              meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Open a run of `loop` from `session`, run `body` on `state`, and close the run; never raises for a
     spent budget or a model failure. `bound` is the loop's own limit (attempts, steps or rounds); the
-    governor, when the session has one, may cut it or the reflections for the task `family`."""
+    governor, when the session has one, may cut it or the reflections for the task `family`. `reflect`
+    False makes no reflector call at all."""
     model = session.resolved_model()
     family = family or loop
     reflector = session.reflector_model if session.reflector_model is not model else None
@@ -124,16 +125,12 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     plan = (session.governor.plan(roi_model, family, task, bound, budget.max_reflections, cut=cut)
             if session.governor else Plan(bound, budget.max_reflections))
     run = Run(loop, task, model, budget=budget, store=session.store, observer=observe.attach(session.observer),
-              meta={"family": family, "bound": bound, **(meta or {})}, resume=resume,
+              meta={"family": family, "bound": bound, "experience": session.experience is not None, **(meta or {})},
+              resume=resume,
               reflector_model=reflector)
-    engine = Engine(run, experience=session.experience, quota=plan.reflections if reflections else 0)
+    engine = Engine(run, experience=session.experience, quota=plan.reflections if reflect else 0)
     if resume is not None:
-        try:
-            state = _restored(run, engine, state)
-        except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError is a ValueError
-            session.store.release_lease(run.run_id, run.owner)
-            raise ConfigError(f"run {run.run_id[:12]}'s checkpoint cannot be read by this version of reflexa",
-                              hint=f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        state = _restored(run, engine, state)
     episode = Episode(run, engine, plan, session)
 
     def finish(reason: StopReason, error: str | None = None) -> Result:
@@ -172,11 +169,41 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     return finish(stop.stop_reason, stop.error)
 
 
+CHILD_SCAN = 1000
+"""Runs `find_child` looks through (newest first, since the parent started)."""
+
+
+def find_child(run: Run, **labels: Any) -> RunRecord | None:
+    """The stored child run of `run` whose meta holds `labels` (e.g. parent=..., trial=2): a child may have
+    started, or finished, in a process that was killed before the parent recorded it."""
+    parent = run.store.get_run(run.run_id)
+    for record in run.store.runs(CHILD_SCAN, since=parent.started_at if parent else None):
+        if all(record.meta.get(key) == value for key, value in labels.items()):
+            return record
+    return None
+
+
+def widened(budget: Budget, spent: Usage) -> Budget:
+    """`budget` raised by what a resumed child spent before the kill: the child counts that itself."""
+    return replace(budget, max_tokens=None if budget.max_tokens is None else budget.max_tokens + spent.total_tokens,
+                   max_calls=None if budget.max_calls is None else budget.max_calls + spent.calls)
+
+
 def _restored(run: Run, engine: Engine, fresh: S) -> S:
-    """The state of the last checkpoint of a resumed run (the fresh state when there is none). The steps
-    after it are redone, but a reflector call among them was paid for: it still counts against the quota,
-    so a run killed and resumed makes no more reflector calls than max_reflections, as its tokens already
-    count against the budget."""
+    """The state of the last checkpoint of a resumed run (the fresh state when there is none); a checkpoint
+    this version cannot read is a ConfigError, and the run is let go."""
+    try:
+        return _checkpointed(run, engine, fresh)
+    except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError is a ValueError
+        run.store.release_lease(run.run_id, run.owner)
+        raise ConfigError(f"run {run.run_id[:12]}'s checkpoint cannot be read by this version of reflexa",
+                          hint=f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _checkpointed(run: Run, engine: Engine, fresh: S) -> S:
+    """The steps after the last checkpoint are redone, but a reflector call among them was paid for: it
+    still counts against the quota, so a run killed and resumed makes no more reflector calls than
+    max_reflections, as its tokens already count against the budget."""
     paid = sum(step.kind == "model_call" and step.role == Role.REFLECTOR for step in run.resumed_steps)
     state = fresh
     for step in reversed(run.resumed_steps):

@@ -4,21 +4,42 @@ All trials share one budget: each trial gets what the earlier ones left."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..runtime import Stop
+from ..runtime import Run, Stop
+from ..trace.store import RunRecord
 from ..types import Budget, ErrorCode, Lesson, Payload, Result, Serial, Signal, StopReason, Usage, Verdict, payload
-from .session import Episode, Outcome, Session, run_loop
+from .session import Episode, Outcome, Session, find_child, run_loop, widened
 
 MAX_TRIALS = 3
 """Trials by default."""
 EPISODIC_LESSONS = 3
 """Lessons the episodic memory keeps: a ring buffer, the oldest drops out."""
 
-Attempt = Callable[[Sequence[Lesson], Budget], Result]
-"""Runs one trial with the lessons so far and the budget that is left, e.g.
-`lambda lessons, budget: react(goal, tools, lessons=lessons, budget=budget, session=session)`."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialCall:
+    """What one trial runs with. Pass `meta` and `resume` on to the trial's loop: a trials run that is
+    killed and resumed then resumes the trial that was under way instead of starting it again (so a
+    side effect it made is not repeated)."""
+
+    number: int
+    lessons: list[Lesson]
+    """The episodic memory: lessons of the trials before."""
+    budget: Budget
+    """What the earlier trials left of the budget."""
+    meta: dict[str, Any]
+    """The trial's labels (its parent run and its number), for its run's record."""
+    resume: str | None = None
+    """The trial's own unfinished run, when the trials run is resumed."""
+
+
+Attempt = Callable[[TrialCall], Result]
+"""Runs one trial, e.g. `lambda t: react(task, tools, lessons=t.lessons, budget=t.budget, meta=t.meta,
+resume=t.resume, session=session)`."""
 
 
 @payload("trial")
@@ -52,13 +73,14 @@ class TrialsState(Serial):
 
 
 def trials(task: str, attempt: Attempt, *, session: Session | None = None, max_trials: int = MAX_TRIALS,
-           budget: Budget = Budget(), resume: str | None = None) -> Result:
+           budget: Budget = Budget(), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Run up to `max_trials` trials until one passes. One budget covers them all and this run's own
     reflections: usage adds up every trial's usage, and each trial is handed the budget left. Each trial
-    is also stored as a run of its own, named in this run's `trial` steps."""
+    is also stored as a run of its own, named in this run's `trial` steps. `meta` is stored with the run;
+    `resume=RUN_ID` continues a stored trials run, resuming the trial that was under way."""
     return run_loop(session or Session(), "trials", task, TrialsState(),
                     lambda ep, s: _trials(ep, s, task, attempt), budget=budget, bound=max_trials,
-                    reflections=max_trials > 1, resume=resume)
+                    reflect=max_trials > 1, meta=meta, resume=resume)
 
 
 def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
@@ -69,7 +91,11 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
         if (spent := run.meter.check()) is not None:
             return Stop(spent)
         s.trials += 1
-        last = attempt(list(s.memory), run.meter.remaining())
+        child = find_child(run, parent=run.run_id, trial=s.trials) if run.resumed else None
+        if child is not None and child.status == "finished" and child.result is not None:
+            last = Result.from_dict(child.result)  # it ended before the kill: read back, not run again
+        else:
+            last = attempt(_call(run, s, child))
         for role, usage in last.usage.items():
             run.meter.record(role, usage)
             s.spent.setdefault(role, Usage()).add(usage)
@@ -91,6 +117,15 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
             s.memory = [*s.memory, outcome.lesson][-EPISODIC_LESSONS:]
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _call(run: Run, s: TrialsState, child: RunRecord | None) -> TrialCall:
+    """The next trial's call; `child` is that trial's own unfinished run, found on a resume."""
+    labels = {"parent": run.run_id, "trial": s.trials}
+    budget = run.meter.remaining()
+    if child is not None:  # the resumed trial counts what it spent before the kill itself
+        budget = widened(budget, Usage.total(step.usage for step in run.store.steps(child.run_id) if step.role))
+    return TrialCall(s.trials, list(s.memory), budget, labels, child.run_id if child is not None else None)
 
 
 def _signal(result: Result) -> Signal:

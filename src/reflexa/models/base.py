@@ -55,6 +55,9 @@ class Model(ABC):
     """The backend's `_generate` takes `on_token=` and calls it with each piece of text as it comes.
     Backends that cannot stream leave this False and are never passed one (so a plugin's `_generate`
     written before streaming existed keeps working)."""
+    answers_by_role: ClassVar[bool] = False
+    """The backend's `_generate` takes `role=` (generator, reflector, planner, evaluator): the test model
+    answers each role from its own script. Every other backend leaves this False and is never passed one."""
 
     def complete(
         self,
@@ -64,17 +67,18 @@ class Model(ABC):
         max_tokens: int = 512,
         temperature: float = 0.0,
         on_token: OnToken | None = None,
+        role: str | None = None,
     ) -> Completion:
         """One model call. With `schema` (a pydantic model class or a JSON schema dict) the backend is
         asked to follow it and the reply is validated; a reply that fails validation is returned with
         `value=None` and an `error`, never raised. `on_token`, where the backend streams, sees the reply's
-        text piece by piece while it is produced; the Completion is the same with or without it."""
+        text piece by piece while it is produced; the Completion is the same with or without it. `role`
+        says who asks (see `answers_by_role`)."""
         json_schema = json_schema_of(schema) if schema is not None else None
+        extra: dict[str, Any] = {"role": role} if self.answers_by_role else {}
         if on_token is not None and self.streams:
-            gen = self._generate(messages, json_schema, max_tokens, temperature,
-                                 on_token=on_token)  # type: ignore[call-arg]
-        else:
-            gen = self._generate(messages, json_schema, max_tokens, temperature)
+            extra["on_token"] = on_token
+        gen = self._generate(messages, json_schema, max_tokens, temperature, **extra)
         return _completion(gen, schema, max_tokens)
 
     async def acomplete(
@@ -85,21 +89,24 @@ class Model(ABC):
         max_tokens: int = 512,
         temperature: float = 0.0,
         on_token: OnToken | None = None,
+        role: str | None = None,
     ) -> Completion:
         """The async twin of `complete`, awaiting `_agenerate`. It does not stream: `on_token`, if given,
         sees the whole reply once, when it is complete."""
         json_schema = json_schema_of(schema) if schema is not None else None
-        gen = await self._agenerate(messages, json_schema, max_tokens, temperature)
+        extra: dict[str, Any] = {"role": role} if self.answers_by_role else {}
+        gen = await self._agenerate(messages, json_schema, max_tokens, temperature, **extra)
         if on_token is not None:
             on_token(gen.text)
         return _completion(gen, schema, max_tokens)
 
     async def _agenerate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        **extra: Any,
     ) -> Generation:
         """The raw reply, awaited: `_generate` in a worker thread, unless the backend has a native async
         client and overrides this (an HTTP backend then needs no thread per call in flight)."""
-        return await asyncio.to_thread(self._generate, messages, json_schema, max_tokens, temperature)
+        return await asyncio.to_thread(self._generate, messages, json_schema, max_tokens, temperature, **extra)
 
     @abstractmethod
     def _generate(

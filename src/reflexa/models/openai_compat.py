@@ -209,7 +209,8 @@ class OpenAIModel(Model):
         return self._request(lambda: _generation(self.client.chat.completions.create(**kwargs)))
 
     async def _agenerate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        **extra: Any,
     ) -> Generation:
         """The same request on the SDK's async client: no thread per call in flight. The server's profile
         is detected on that client too, before the first call (concurrent first calls may each ask)."""

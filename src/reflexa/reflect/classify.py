@@ -93,13 +93,12 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("answer"))
     if code is ErrorCode.GAP:
         return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
-    if code is ErrorCode.TEST_FAILED and signal.pinpointed:
-        # Such a signal says what a lesson would. On Qwen2.5-Coder-0.5B a lesson on a failing assert that
-        # names the value converted no more HumanEval problems than the signal alone (37 of 40 both) for
-        # 1.3x the tokens per solved problem (bench/results/humaneval-49a54f1-rows.jsonl), and 4 lessons on
-        # crashes converted nothing (humaneval-wall-d1077a7-rows.jsonl: HumanEval/9, /10, /32).
-        return Classification(Decision.RULE, "the failure names its cause (the value returned, or the crash's "
-                              "line): revise with it", Repair("revise"))
+    if signal.pinpointed:
+        # Such a signal says what a lesson would, whatever check wrote it. On the default model a lesson on a
+        # failing assert that names the value converts no more HumanEval problems than the signal alone, for
+        # 1.3x the tokens per solved problem, and lessons on crashes that name their line convert none
+        # (bench/README.md, HumanEval).
+        return Classification(Decision.RULE, "the failure names its cause: revise with it", Repair("revise"))
     if code is ErrorCode.UNCITED:
         return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
     return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")

@@ -87,8 +87,8 @@ class Decided(Payload):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the engine tells the loop to do about one failure."""
+class Handling:
+    """What the engine tells the loop to do about one failure (a loop's own end is `loops.session.Outcome`)."""
 
     kind: str  # "repair" | "lesson" | "none" | "stop"
     reason: str = ""
@@ -125,51 +125,51 @@ class Engine:
         return bad
 
     def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
-               rule_facts: Facts = NO_FACTS) -> Outcome:
+               rule_facts: Facts = NO_FACTS) -> Handling:
         outcome = self._decide(signal, goal, facts, action, snippet, rule_facts)
         self.run.record(Decided(signal, action[:300], outcome.kind, outcome.reason, outcome.lesson, outcome.repair,
                                 outcome.reused, outcome.stop))
         return outcome
 
     def _decide(self, signal: Signal, goal: str, facts: Sequence[str], action: str, snippet: str,
-                rule_facts: Facts) -> Outcome:
+                rule_facts: Facts) -> Handling:
         fingerprint = signal.fingerprint
         verdict = classify(signal, rule_facts)
         if verdict.decision is Decision.UNRECOVERABLE:
             self.counters.unrecoverable += 1
-            return Outcome("stop", verdict.reason, stop=StopReason.UNRECOVERABLE)
+            return Handling("stop", verdict.reason, stop=StopReason.UNRECOVERABLE)
         if verdict.decision is Decision.RULE:
             self.counters.rule_repairs += 1
-            return Outcome("repair", verdict.reason, repair=verdict.repair)
+            return Handling("repair", verdict.reason, repair=verdict.repair)
         self.counters.sent_to_reflection += 1
         if self.progress.recurs(fingerprint):
             self.counters.no_progress += 1
-            return Outcome("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
+            return Handling("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
         key = experience_key(signal, goal) if self.experience is not None else ""  # no library, no key
         if self.experience is not None:
             if (lesson := self.experience.lookup(key)) is not None:
                 self.counters.experience_hits += 1
                 self._pending.add(key)
                 self.progress.note_reflection(fingerprint)
-                return Outcome("lesson", "repair reused from the experience library", lesson=lesson, reused=True)
+                return Handling("lesson", "repair reused from the experience library", lesson=lesson, reused=True)
             self.counters.experience_misses += 1
         if self.counters.reflector_calls >= self.quota:
             self.counters.quota_skips += 1
-            return Outcome("none", f"reflection quota ({self.quota}) spent")
+            return Handling("none", f"reflection quota ({self.quota}) spent")
         self.counters.reflector_calls += 1
         lesson, why = reflect(self.run, goal=goal, facts=facts, failing_action=action, signal=signal, snippet=snippet)
         if lesson is None:
             self.counters.lessons_discarded += 1
-            return Outcome("none", f"lesson discarded: {why}")
+            return Handling("none", f"lesson discarded: {why}")
         if self.progress.correction_repeats(lesson, action):
             self.counters.no_progress += 1
-            return Outcome("stop", "the correction repeats the failing action", lesson=lesson,
+            return Handling("stop", "the correction repeats the failing action", lesson=lesson,
                            stop=StopReason.NO_PROGRESS)
         self.progress.note_reflection(fingerprint)
         if self.experience is not None:
             self.experience.learn(key, lesson)
             self._pending.add(key)
-        return Outcome("lesson", "new lesson", lesson=lesson)
+        return Handling("lesson", "new lesson", lesson=lesson)
 
     def _settle(self, success: bool) -> None:
         if self.experience is not None:

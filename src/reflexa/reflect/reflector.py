@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from .. import structured
 from ..errors import ModelError
 from ..structured import Text80, Text300
-from ..types import Control, Lesson, Role, Signal, cap, data
+from ..types import Control, Lesson, Role, Signal, cap, fence_untrusted
 
 if TYPE_CHECKING:
     from ..runtime import Run
@@ -56,9 +56,9 @@ def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: 
     fact_text = "\n".join(f"- {cap(f, 160)}" for f in facts[:3]) or "(none)"
     head = f"Goal:\n{cap(goal, 500)}\n\nKnown facts:\n{fact_text}\n\n"
     tail = (
-        f"Failing action:\n<<<\n{data(cap(failing_action, 400))}\n>>>\n\n"
+        f"Failing action:\n<<<\n{fence_untrusted(cap(failing_action, 400))}\n>>>\n\n"
         f"Signal: {signal.code or 'FAILED'} from {signal.source}: {cap(signal.message, 250)}\n\n"
-        f"Output around the failure:\n<<<\n{data(cap(snippet, 350))}\n>>>\n\n"
+        f"Output around the failure:\n<<<\n{fence_untrusted(cap(snippet, 350))}\n>>>\n\n"
         "Reply with JSON: failure_step, observed_mismatch (quote the evidence), root_cause, correction."
     )
     # Over the limit, the goal and facts give way: the evidence, its closing >>> and the instruction stay.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..types import Lesson, cap, cap_ends, data
+from ..types import Lesson, cap, cap_ends, fence_untrusted
 
 FACT_CARDS = 3
 """Short facts from successful observations, kept whatever the window."""
@@ -60,12 +60,13 @@ class Workspace:
             parts.append("Known from earlier sub-goals and the request:\n" + "\n".join(f"- {f}" for f in self.memory))
         if self.facts:
             # A fact is "action -> output": tool output, so data like the window's, never instructions.
-            parts.append("Facts:\n" + "\n".join(f"- <<<{data(f)}>>>" for f in self.facts))
+            parts.append("Facts:\n" + "\n".join(f"- <<<{fence_untrusted(f)}>>>" for f in self.facts))
         if self.policies:
             parts.append("Corrections from earlier failures (follow them):\n" + "\n".join(self.policies))
         if self.window:
             parts.append("Recent steps:\n" + "\n".join(
-                f"{s['step']}. {s['action']} -> <<<{data(cap_ends(s['observation'], 400))}>>>" for s in self.window))
+                f"{s['step']}. {s['action']} -> <<<{fence_untrusted(cap_ends(s['observation'], 400))}>>>"
+                for s in self.window))
         return "\n\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -59,18 +59,20 @@ def _no_attach(action: int, *args: object) -> int:
     return sqlite3.SQLITE_DENY if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
 
 
-def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
-    """Tools over the SQLite file at `path`. `query` only reads: a statement that would change the file is
-    an INVALID_ARGUMENT (a wrong call, which the agent can follow with a SELECT). With write=True, `execute`
-    is a side-effecting tool; without it nothing can change the file, which is opened read-only."""
-    db_path = Path(path)
-    if not db_path.is_file():
-        raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
+TABLES_NAMED = re.compile(r"\b(?:FROM|JOIN)\s+[\"`\[]?(\w+)", re.IGNORECASE)
+"""The tables a query reads: an unknown column's message lists their columns, not the whole database's."""
 
-    def connect(writable: bool = False) -> sqlite3.Connection:
+
+class Database:
+    """One SQLite file, as the SQL tools see it: connections, its schema, and errors that name what exists."""
+
+    def __init__(self, path: Path, write: bool) -> None:
+        self.path, self.write = path, write
+
+    def connect(self, writable: bool = False) -> sqlite3.Connection:
         # A connection per call (tools run in worker threads); only `execute` ever gets a writable one,
         # so a change can never slip through `query` around the side-effect bookkeeping.
-        conn = sqlite3.connect(file_uri(db_path, "rw" if writable else "ro"), uri=True, timeout=5)
+        conn = sqlite3.connect(file_uri(self.path, "rw" if writable else "ro"), uri=True, timeout=5)
         if not writable:
             conn.execute("PRAGMA query_only=ON")
             conn.set_authorizer(_no_attach)  # ATTACH creates a missing file, read-only connection or not
@@ -80,53 +82,75 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
         return conn
 
+    @staticmethod
     def tables(conn: sqlite3.Connection) -> list[str]:
         return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
 
-    def columns(conn: sqlite3.Connection) -> list[str]:
-        return sorted({row[1] for t in tables(conn) for row in conn.execute(f'PRAGMA table_info("{t}")')})
+    @staticmethod
+    def columns(conn: sqlite3.Connection, table: str) -> list[str]:
+        return [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
 
-    def fail(conn: sqlite3.Connection, exc: sqlite3.Error, sql: str) -> ToolError:
-        message = str(exc)
-        code = sqlite_error_code(exc)
-        suggestion = None
+    def columns_read(self, conn: sqlite3.Connection, sql: str) -> tuple[list[str], str]:
+        """The columns of the tables `sql` reads (every table's when it names none that exists), and which."""
+        known = self.tables(conn)
+        mentioned = {name.lower() for name in TABLES_NAMED.findall(sql)}
+        named = [t for t in known if t.lower() in mentioned]
+        where = named or known
+        columns = sorted({c for t in where for c in self.columns(conn, t)})
+        return columns, (f"columns of {', '.join(named)}" if named else "columns")
+
+    def fail(self, conn: sqlite3.Connection, exc: sqlite3.Error, sql: str) -> ToolError:
+        """A failed statement as a tool error that names a close match, or what exists."""
+        message, suggestion = str(exc), None
         if match := re.search(r"no such (column|table): ([\w.]+)", message):
             kind, wrong = match.groups()
             wrong = wrong.split(".")[-1]
-            pool = columns(conn) if kind == "column" else tables(conn)
+            pool, label = self.columns_read(conn, sql) if kind == "column" else (self.tables(conn), "tables")
             close = difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6)
             repaired = re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql) if close else sql
+            elsewhere = [] if close or kind != "column" else difflib.get_close_matches(
+                wrong, self.columns_read(conn, "")[0], n=1, cutoff=0.6)
             if close and repaired != sql:
                 suggestion = {"sql": repaired}
                 message += f" (did you mean {close[0]}?)"
-            elif close:  # the name exists (in another table, or behind a wrong alias): no rewrite to offer
-                message += f" ({close[0]} is a {kind} of another table, or needs its table's name or alias)"
+            elif close or elsewhere:  # the name exists (in another table, or behind a wrong alias): no rewrite
+                message += f" ({(close or elsewhere)[0]} is a {kind} of another table, or needs its table's name or " \
+                           f"alias; {label}: {', '.join(pool[:40])})"
             else:  # no close match: name what exists, so the next step need not guess
-                message += f" ({kind}s: {', '.join(pool[:40])})"
-                if holder := value_holder(wrong):
-                    # A name the question used for a stored value ("the tent", "cancelled orders"): the
-                    # database can say where it is, which no model can guess from the schema alone.
-                    table, column, stored = holder
-                    message += f"; {wrong!r} is a value of {table}.{column}: filter on it, WHERE {column} = {stored!r}"
-                    literal = stored.replace("'", "''")
-                    plain = PLAIN_SELECT.fullmatch(sql)  # a filter, join or grouping has more readings than one
-                    if plain and kind == "table" and plain[2] == wrong:
-                        # `SELECT price FROM tent` has one reading: the rows whose value it named.
-                        suggestion = {"sql": f'SELECT {plain[1]} FROM "{table}" WHERE "{column}" = \'{literal}\''}
-                    elif plain and kind == "column" and plain[1].strip(' "`[]') == wrong and plain[2] == table:
-                        # `SELECT cancelled FROM orders` has one too: the rows of that table holding it.
-                        suggestion = {"sql": f'SELECT * FROM "{table}" WHERE "{column}" = \'{literal}\''}
+                message += f" ({label}: {', '.join(pool[:40])})"
+                note, suggestion = self.stored_value(wrong, kind, sql)
+                message += note
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
-        return ToolError(code, message, suggestion=suggestion)
+        return ToolError(sqlite_error_code(exc), message, suggestion=suggestion)
 
-    def value_holder(value: str) -> tuple[str, str, str] | None:
+    def stored_value(self, wrong: str, kind: str, sql: str) -> tuple[str, dict[str, str] | None]:
+        """A name the question used for a stored value ("the tent", "cancelled orders"): the database can
+        say where it is, which no model can guess from the schema alone. The note, and a rewrite when the
+        query has one reading."""
+        holder = self.value_holder(wrong)
+        if holder is None:
+            return "", None
+        table, column, stored = holder
+        note = f"; {wrong!r} is a value of {table}.{column}: filter on it, WHERE {column} = {stored!r}"
+        literal = stored.replace("'", "''")
+        plain = PLAIN_SELECT.fullmatch(sql)  # a filter, join or grouping has more readings than one
+        if plain and kind == "table" and plain[2] == wrong:
+            # `SELECT price FROM tent` has one reading: the rows whose value it named.
+            return note, {"sql": f'SELECT {plain[1]} FROM "{table}" WHERE "{column}" = \'{literal}\''}
+        if plain and kind == "column" and plain[1].strip(' "`[]') == wrong and plain[2] == table:
+            # `SELECT cancelled FROM orders` has one too: the rows of that table holding it.
+            return note, {"sql": f'SELECT * FROM "{table}" WHERE "{column}" = \'{literal}\''}
+        return note, None
+
+    def value_holder(self, value: str) -> tuple[str, str, str] | None:
         """The first table and text column holding `value` (in any case), with the value as stored; looked
         up in at most MAX_HOLDER_COLUMNS text columns. None when none does. The scan runs on a read-only
         connection of its own, so the query timeout bounds it even after `execute` failed."""
         try:
-            with connect() as conn:
-                text_columns = [(t, row[1]) for t in tables(conn) for row in conn.execute(f'PRAGMA table_info("{t}")')
+            with self.connect() as conn:
+                text_columns = [(t, row[1]) for t in self.tables(conn)
+                                for row in conn.execute(f'PRAGMA table_info("{t}")')
                                 if row[2].upper() in ("TEXT", "") or "CHAR" in row[2].upper()][:MAX_HOLDER_COLUMNS]
                 for table, column in text_columns:
                     row = conn.execute(f'SELECT "{column}" FROM "{table}" WHERE lower("{column}") = lower(?) LIMIT 1',
@@ -137,72 +161,12 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             return None
         return None
 
-    @tool
-    def list_tables() -> str:
-        """List the tables in the database."""
-        with connect() as conn:
-            return ", ".join(tables(conn))
-
-    @tool
-    def describe_table(table: str) -> str:
-        """Show a table's columns and their types."""
-        with connect() as conn:
-            rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
-            if not rows:
-                close = difflib.get_close_matches(table, tables(conn), n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise ToolError(ErrorCode.NOT_FOUND, f"no such table: {table}{hint}",
-                                suggestion={"table": close[0]} if close else None)
-            return ", ".join(f"{r[1]} {r[2]}" for r in rows)
-
-    @tool
-    def query(sql: str) -> str:
-        """Run one SQL SELECT and return the rows, header first."""
-        with connect() as conn:
-            try:
-                cursor = conn.execute(sql)
-                header = [d[0] for d in cursor.description or []]
-                rows = cursor.fetchmany(MAX_ROWS + 1)
-                # A row count, since a model counting rows by eye miscounts: the rest is counted, never held.
-                total = len(rows) + sum(1 for _ in itertools.islice(cursor, MAX_COUNTED))
-            except sqlite3.Error as exc:
-                if "interrupted" in str(exc):
-                    raise ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped") \
-                        from None
-                error = fail(conn, exc, sql)
-                if error.code is ErrorCode.PERMISSION:
-                    # A write sent to the reading tool is a wrong call, not a locked door: the run may still
-                    # answer with a SELECT, so it must not stop as if nothing could help (PERMISSION does).
-                    where = "with execute" if write else "in this run: the database is open read-only"
-                    raise ToolError(ErrorCode.INVALID_ARGUMENT, f"query only reads, one SELECT ({exc}); the "
-                                    f"database can be changed only {where}") from None
-                raise error from None
-            unmatched = unmatched_values(conn, sql)
-        lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
-        if total > MAX_ROWS:
-            bound = "at least " if total == MAX_ROWS + 1 + MAX_COUNTED else ""  # counting stopped there
-            lines.append(f"... {MAX_ROWS} of {bound}{total} rows shown")
-        elif total > 1:
-            lines.append(f"({total} rows)")
-        misses = [f"no row has {column} = {value!r}"
-                  + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
-                  for column, value, close in unmatched]
-        repairs = {(column, value): close[0] for column, value, close in unmatched
-                   if close and difflib.SequenceMatcher(None, value, close[0]).ratio() >= VALUE_REPAIR}
-        if repairs:
-            fixed = EQUALS_TEXT.sub(lambda m: f"{m[1]} = '{repairs[(m[1], m[2])]}'" if (m[1], m[2]) in repairs
-                                    else m[0], sql)
-            did_you_mean = ", ".join(repr(v) for v in repairs.values())
-            raise ToolError(ErrorCode.NOT_FOUND, f"{'; '.join(misses)} (did you mean {did_you_mean}?); the query "
-                            f"gave: {' / '.join(lines[:3])}", suggestion={"sql": fixed})
-        return "\n".join(lines + [f"note: {miss}" for miss in misses])
-
-    def unmatched_values(conn: sqlite3.Connection, sql: str) -> list[tuple[str, str, list[str]]]:
+    def unmatched_values(self, conn: sqlite3.Connection, sql: str) -> list[tuple[str, str, list[str]]]:
         """Each `column = 'text'` filter that no row matches, with the closest stored values: a count of 0
         for a misspelt value looks like an answer, and nothing else would tell the agent."""
         found = []
         for column, value in EQUALS_TEXT.findall(sql)[:MAX_FILTER_NOTES]:
-            holders = [t for t in tables(conn) if column in {r[1] for r in conn.execute(f"PRAGMA table_info({t!r})")}]
+            holders = [t for t in self.tables(conn) if column in self.columns(conn, t)]
             # A one-row probe first: the distinct values are read only when the filter matches nothing.
             if not holders or any(conn.execute(f'SELECT 1 FROM "{t}" WHERE CAST("{column}" AS TEXT) = ? LIMIT 1',
                                                (value,)).fetchone() for t in holders):
@@ -213,17 +177,105 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
                 found.append((column, value, difflib.get_close_matches(value, sorted(stored), n=3, cutoff=0.5)))
         return found
 
+    def describe(self, table: str) -> str:
+        with self.connect() as conn:
+            rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+            if not rows:
+                close = difflib.get_close_matches(table, self.tables(conn), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ToolError(ErrorCode.NOT_FOUND, f"no such table: {table}{hint}",
+                                suggestion={"table": close[0]} if close else None)
+            return ", ".join(f"{r[1]} {r[2]}" for r in rows)
+
+    def query(self, sql: str) -> str:
+        """The rows of one SELECT, header first, with a row count and notes on filters that match nothing."""
+        with self.connect() as conn:
+            try:
+                cursor = conn.execute(sql)
+                header = [d[0] for d in cursor.description or []]
+                rows = cursor.fetchmany(MAX_ROWS + 1)
+                # A row count, since a model counting rows by eye miscounts: the rest is counted, never held.
+                total = len(rows) + sum(1 for _ in itertools.islice(cursor, MAX_COUNTED))
+            except sqlite3.Error as exc:
+                raise self.query_error(conn, exc, sql) from None
+            unmatched = self.unmatched_values(conn, sql)
+        lines = [" | ".join(header)] + [" | ".join(str(v) for v in row) for row in rows[:MAX_ROWS]]
+        if total > MAX_ROWS:
+            bound = "at least " if total == MAX_ROWS + 1 + MAX_COUNTED else ""  # counting stopped there
+            lines.append(f"... {MAX_ROWS} of {bound}{total} rows shown")
+        elif total > 1:
+            lines.append(f"({total} rows)")
+        return _with_misses(lines, unmatched, sql)
+
+    def query_error(self, conn: sqlite3.Connection, exc: sqlite3.Error, sql: str) -> ToolError:
+        if "interrupted" in str(exc):
+            return ToolError(ErrorCode.TIMEOUT, f"the query ran past {QUERY_SECONDS:g} s and was stopped")
+        error = self.fail(conn, exc, sql)
+        if error.code is ErrorCode.PERMISSION:
+            # A write sent to the reading tool is a wrong call, not a locked door: the run may still answer
+            # with a SELECT, so it must not stop as if nothing could help (PERMISSION does).
+            where = "with execute" if self.write else "in this run: the database is open read-only"
+            return ToolError(ErrorCode.INVALID_ARGUMENT, f"query only reads, one SELECT ({exc}); the database "
+                             f"can be changed only {where}")
+        return error
+
+    def execute(self, sql: str) -> str:
+        with self.connect(writable=True) as conn:
+            try:
+                changed = conn.execute(sql).rowcount
+            except sqlite3.Error as exc:
+                raise self.fail(conn, exc, sql) from None
+        return f"{changed} row(s) changed"
+
+
+def _with_misses(lines: list[str], unmatched: list[tuple[str, str, list[str]]], sql: str) -> str:
+    """A query's output with a note per filter that matched nothing; a close enough stored value is offered
+    as a repair (a NOT_FOUND with the fixed query, applied by rule)."""
+    misses = [f"no row has {column} = {value!r}"
+              + (f"; closest stored values: {', '.join(repr(c) for c in close)}" if close else "")
+              for column, value, close in unmatched]
+    repairs = {(column, value): close[0] for column, value, close in unmatched
+               if close and difflib.SequenceMatcher(None, value, close[0]).ratio() >= VALUE_REPAIR}
+    if repairs:
+        fixed = EQUALS_TEXT.sub(lambda m: f"{m[1]} = '{repairs[(m[1], m[2])]}'" if (m[1], m[2]) in repairs
+                                else m[0], sql)
+        did_you_mean = ", ".join(repr(v) for v in repairs.values())
+        raise ToolError(ErrorCode.NOT_FOUND, f"{'; '.join(misses)} (did you mean {did_you_mean}?); the query "
+                        f"gave: {' / '.join(lines[:3])}", suggestion={"sql": fixed})
+    return "\n".join(lines + [f"note: {miss}" for miss in misses])
+
+
+def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
+    """Tools over the SQLite file at `path`. `query` only reads: a statement that would change the file is
+    an INVALID_ARGUMENT (a wrong call, which the agent can follow with a SELECT). With write=True, `execute`
+    is a side-effecting tool; without it nothing can change the file, which is opened read-only."""
+    db_path = Path(path)
+    if not db_path.is_file():
+        raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
+    db = Database(db_path, write)
+
+    @tool
+    def list_tables() -> str:
+        """List the tables in the database."""
+        with db.connect() as conn:
+            return ", ".join(db.tables(conn))
+
+    @tool
+    def describe_table(table: str) -> str:
+        """Show a table's columns and their types."""
+        return db.describe(table)
+
+    @tool
+    def query(sql: str) -> str:
+        """Run one SQL SELECT and return the rows, header first."""
+        return db.query(sql)
+
     toolset = [list_tables, describe_table, query]
     if write:
         @tool(side_effect=True)
         def execute(sql: str) -> str:
             """Run one SQL statement that changes the database; returns the number of rows changed."""
-            with connect(writable=True) as conn:
-                try:
-                    changed = conn.execute(sql).rowcount
-                except sqlite3.Error as exc:
-                    raise fail(conn, exc, sql) from None
-            return f"{changed} row(s) changed"
+            return db.execute(sql)
 
         toolset.append(execute)
     return toolset

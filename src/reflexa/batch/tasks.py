@@ -1,0 +1,78 @@
+"""The tasks file of `reflexa batch`: JSON Lines, one task spec a line, checked whole before anything runs.
+
+A line is a `TaskSpec` (docs/tasks.md), with the same field names as the CLI's flags; its `loop` defaults to
+the batch's. Paths are relative to the tasks file's folder. Unknown fields are errors, so a typo never
+passes silently; every error of every line is listed at once, with its line number.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..tasks import TaskSpec
+from ..tasks.spec import MAX_ERRORS
+
+BUDGET = ("max_tokens", "max_calls", "max_seconds", "max_reflections")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTask:
+    """One line of a tasks file: its spec (paths absolute), its line number and its key in the batch."""
+
+    spec: TaskSpec
+    line: int
+
+    @property
+    def key(self) -> str:
+        """The task's name within its batch: its id, else its line number."""
+        return self.spec.id if self.spec.id is not None else f"line-{self.line}"
+
+
+def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | None = None) -> list[BatchTask]:
+    """Every task of a tasks file. `loop` is the loop of a line that names none; `defaults` (a model, budget
+    fields) fill what a line leaves unset. Any error in any line is one ConfigError listing them all."""
+    from ..files import read_text
+
+    base = path.resolve().parent
+    tasks: list[BatchTask] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    for number, text in enumerate(read_text(path, "tasks file").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            spec = _line(text, number, loop, defaults or {}).resolved(base)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        errors += [f"line {number}: {problem}" for problem in spec.problems()]
+        task = BatchTask(spec, number)
+        if task.key in seen:
+            errors.append(f"line {number}: id {task.key!r} is already used on line {seen[task.key]}")
+        seen[task.key] = number
+        tasks.append(task)
+    if errors:
+        shown = "\n  ".join(errors[:MAX_ERRORS])
+        more = f"\n  … and {len(errors) - MAX_ERRORS} more" if len(errors) > MAX_ERRORS else ""
+        raise ConfigError(f"{path}: {len(errors)} error(s) in the tasks file:\n  {shown}{more}",
+                          hint="one task spec (a JSON object) a line; see docs/tasks.md")
+    if not tasks:
+        raise ConfigError(f"{path}: no tasks (the file is empty)")
+    return tasks
+
+
+def _line(text: str, number: int, loop: str, defaults: dict[str, Any]) -> TaskSpec:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"line {number}: not JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"line {number}: JSON nested too deeply to read") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"line {number}: must be a JSON object, got {type(data).__name__}")
+    filled = {"loop": loop, **{k: v for k, v in defaults.items() if v is not None}, **data}
+    return TaskSpec.parse(filled, where=f"line {number}")

@@ -1,0 +1,301 @@
+"""The commands that run a loop: each turns its own flags into a `TaskSpec`, and every spec runs the same
+way (`execute`): checked before any model call, run under the live view, its best candidate written, its
+answer and its stop line printed, its stop reason the exit code. `run FILE` runs a saved spec and
+`resume RUN_ID` the spec a stored run keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.markup import escape
+
+from ..errors import ConfigError
+from .common import clean_errors, console, errors, exit_code, find_run, open_store
+from .inputs import check_out, read_task, where_best_goes, write_out
+from .options import ModelOpt, Shared, TraceOpt, option, path_arg, run_command
+from .output import Output
+
+if TYPE_CHECKING:
+    from ..tasks import TaskSpec
+    from ..types import Result
+
+TaskArg = Annotated[str, typer.Argument(
+    metavar="TASK", show_default=False, help="The task: the text itself, or a file (.md, .txt) holding it.")]
+TestsOpt = Annotated[Path | None, option(
+    "FILE", "A pytest file; it imports the candidate from module `solution` (or the --out file's).", path=True)]
+TestCodeOpt = Annotated[str | None, option("CODE", "Python run after the candidate (asserts), or a .py file.")]
+CheckOpt = Annotated[str | None, option(
+    "CMD", "A shell command run in a scratch copy of this folder, the candidate written to --out; exit 0 passes.")]
+RegexOpt = Annotated[str | None, option("RE", "A regular expression the candidate must match.")]
+SchemaOpt = Annotated[Path | None, option("FILE", "A JSON schema the candidate (JSON) must follow.", path=True)]
+JudgeOpt = Annotated[bool | None, option(None, "Add an LLM judge (subjective: alone, it never makes a run PASSED).",
+                                         names=("--judge",))]
+OutOpt = Annotated[Path | None, option(
+    "FILE", "The candidate's file (default solution.py); the best candidate is written there at the end.",
+    path=True, names=("--out", "-o"))]
+TimeoutOpt = Annotated[float | None, option("SECONDS", "Seconds each check may run (default 10).", min=0.1, max=3600)]
+AttemptsOpt = Annotated[int | None, option("N", "Attempts at most (default 3).", min=1)]
+ContextOpt = Annotated[str | None, option("WHAT", "What a revision sees: feedback (default), latest or full.")]
+DbOpt = Annotated[Path | None, option("FILE", "The SQLite database the SQL tools work on.", path=True)]
+ValidateOpt = Annotated[str | None, option(
+    "SQL|CMD", "Check the final answer: SQL that must return a row (the answer is :answer), or a shell command "
+    "that must exit 0 (the answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.")]
+WriteOpt = Annotated[bool | None, option(None, "Allow changes: adds the side-effecting execute tool.",
+                                         names=("--write",))]
+StepsOpt = Annotated[int | None, option("N", "Steps at most (default 8).", min=1)]
+UnitStepsOpt = Annotated[int | None, option("N", "Steps each sub-goal takes at most (default 8).", min=1)]
+TrialsOpt = Annotated[int | None, option("N", "Whole react attempts at most (default 3).", min=1)]
+RoundsOpt = Annotated[int | None, option("N", "Search-and-revise rounds at most (default 2).", min=1)]
+PlanOpt = Annotated[Path | None, option("FILE", "A goal tree as JSON; skips the planner (docs/loops.md).",
+                                        path=True, names=("--plan",))]
+ReplanOpt = Annotated[bool | None, option(
+    None, "Rewrite a failed sub-goal once before skipping its dependents (default on).",
+    names=("--replan/--no-replan",))]
+CorpusOpt = Annotated[Path | None, option("FOLDER", "A folder of documents, indexed on the fly.", path=True)]
+SearchOpt = Annotated[str | None, option(
+    "BACKEND", "Search backend: local (default, needs --corpus), tavily, ddgs or wikipedia.")]
+
+
+def _spec(loop: str, task: str, **fields: Any) -> TaskSpec:
+    """A spec of `loop` from a command's flags; a flag left unset stays unset (the spec's default)."""
+    from ..tasks import TaskSpec
+
+    given = {name: str(value) if isinstance(value, Path) else value for name, value in fields.items()
+             if value is not None}
+    return TaskSpec.parse({"loop": loop, "task": read_task(task), **given})
+
+
+# --- the run commands: flags -> spec ---------------------------------------------------------------------
+
+def refine(task: TaskArg, tests: TestsOpt = None, test_code: TestCodeOpt = None, check: CheckOpt = None,
+           regex: RegexOpt = None, json_schema: SchemaOpt = None, judge: JudgeOpt = None, out: OutOpt = None,
+           timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None, context: ContextOpt = None) -> TaskSpec:
+    """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
+    code = read_task(test_code, what="test code") if test_code is not None else None
+    return _spec("refine", task, tests=tests, test_code=code, check=check, regex=regex, json_schema=json_schema,
+                 judge=judge, out=out, timeout=timeout, max_attempts=max_attempts, context=context)
+
+
+def react(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
+          max_steps: StepsOpt = None) -> TaskSpec:
+    """Answer a question with tools (the bundled SQL toolset), reflecting only on failure signals."""
+    return _spec("react", task, db=db, validate=validate, write=write, max_steps=max_steps)
+
+
+def trials(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
+           max_steps: StepsOpt = None, max_trials: TrialsOpt = None) -> TaskSpec:
+    """Run react trials until one passes; each starts from the lessons of the failed ones before it."""
+    return _spec("trials", task, db=db, validate=validate, write=write, max_steps=max_steps, max_trials=max_trials)
+
+
+def research(task: TaskArg, corpus: CorpusOpt = None, search: SearchOpt = None,
+             max_rounds: RoundsOpt = None) -> TaskSpec:
+    """Answer a question from evidence: every claim cited [n] or marked [UNCERTAIN: ...]."""
+    return _spec("research", task, corpus=corpus, search=search, max_rounds=max_rounds)
+
+
+def plan(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
+         max_steps: UnitStepsOpt = None, plan_file: PlanOpt = None, replan: ReplanOpt = None,
+         corpus: CorpusOpt = None, search: SearchOpt = None) -> TaskSpec:
+    """Break a goal into a tree of sub-goals and run each (react, refine or research) in dependency order,
+    under one budget, with what one sub-goal learns applied to the later ones."""
+    return _spec("plan", task, db=db, validate=validate, write=write, max_steps=max_steps, plan=plan_file,
+                 replan=replan, corpus=corpus, search=search)
+
+
+SpecArg = Annotated[Path, typer.Argument(parser=path_arg, metavar="SPEC", show_default=False,
+                                        help="A task spec file (JSON), e.g. written by --save-spec.")]
+
+
+def run(spec_file: SpecArg) -> TaskSpec:
+    """Run a task spec file: any loop, everything it needs in one file (docs/tasks.md)."""
+    from ..tasks import TaskSpec
+
+    return TaskSpec.from_file(spec_file)
+
+
+# --- one way to run a spec -------------------------------------------------------------------------------
+
+EXPERIENCE_DEFAULT = {"react": True, "trials": True, "plan": True}
+"""Loops whose CLI runs use the experience library unless told not to: a tool's repair (a close column name,
+a blocked call) holds for any task; refine's and research's failures are each task's own."""
+
+
+def run_spec(build: Any, shared: Shared) -> None:
+    """Build the spec from the command's flags, apply the shared options, check it, and run it (or save it
+    with --save-spec)."""
+    with clean_errors():
+        out = shared.output()
+        spec = build().with_options(**shared.overrides()).resolved(Path.cwd())
+        _out_target(spec, shared.trace)  # an --out that would overwrite an input is named first
+        spec = spec.checked()
+        if shared.save_spec is not None:
+            spec.to_file(shared.save_spec)
+            console.print(f"spec written to {shared.save_spec}; run it with: reflexa run {shared.save_spec}",
+                          markup=False, highlight=False)
+            return
+        experience = shared.experience if shared.experience is not None else EXPERIENCE_DEFAULT.get(spec.loop, False)
+        result = execute(spec, out, trace=shared.trace, experience=experience)
+    finish(result, out)
+
+
+def execute(spec: TaskSpec, out: Output, *, trace: str | None, experience: bool, resume: str | None = None
+            ) -> Result:
+    """Run a checked spec under the CLI: the live view, Ctrl-C, the best candidate to `out`, the answer."""
+    target = _out_target(spec, trace)
+    existed = target is not None and target.exists()
+    session, tracker = session_for(spec, trace, out, experience=experience)
+    result = run_cli(session, tracker, lambda: spec.run(session, resume=resume), out)
+    if target is not None:
+        _write_best(result, target, existed=existed, out=out)
+    if spec.loop != "refine" and not (out.json or out.jsonl) and result.output:
+        console.rule("answer")  # research's output carries its references, built from the evidence
+        console.print(result.output, highlight=False, markup=False)
+    return result
+
+
+def _out_target(spec: TaskSpec, trace: str | None) -> Path | None:
+    """Where the best candidate goes (refine with `out`), checked before the run so a bad one costs no tokens."""
+    from .inputs import check_not_an_input
+
+    if spec.loop != "refine" or spec.out is None:
+        return None
+    target = check_out(Path(spec.workdir or ".") / spec.out)
+    check_not_an_input(target, trace=trace, tests=spec.path("tests"))
+    return target
+
+
+def _write_best(result: Result, target: Path, *, existed: bool, out: Output) -> None:
+    """The run's best candidate to `target`, or beside it when the run did not pass and a file was there."""
+    if result.best is None:
+        return
+    written = where_best_goes(target, passed=result.passed, existed=existed)
+    write_out(written, result.best)
+    if not (out.json or out.jsonl) and (written != target or not out.quiet):
+        kept = f"the run did not pass, so {target.name} is kept as it was; " if written != target else ""
+        console.print(f"{kept}best candidate written to {written}", markup=False, highlight=False)
+
+
+def session_for(spec: TaskSpec, trace: str | None, out: Output, *, experience: bool) -> tuple[Any, Any]:
+    """The Session a spec runs in (its model and reflector, the store, the observers `out` asks for) and
+    the CLI's run tracker."""
+    from ..loops import Session
+    from ..models.spec import resolve, resolve_reflector
+    from ..reflect import ExperienceLibrary
+    from .live import chain, observer_for
+    from .render import PlanView
+
+    tracker = observer_for(out, console, errors, view=PlanView if spec.loop == "plan" else None)
+    observer = chain(tracker)
+    observer("status", "starting")  # the live line shows up now, not after the model has loaded
+    try:
+        store = open_store(trace)
+        model = resolve(spec.model)
+        session = Session(model=model, store=store, observer=observer,
+                          experience=ExperienceLibrary(store) if experience else None,
+                          reflector_model=resolve_reflector(spec.reflector_model, model))
+    except BaseException:
+        _stop_view(tracker)  # a bad model spec or store: the error must not print under a live line
+        raise
+    return session, tracker
+
+
+def run_cli(session: Any, tracker: Any, run: Any, out: Output) -> Any:
+    """Run a loop under the live view, in a worker thread; Ctrl-C stops it within a second, stores it as
+    interrupted and says how to resume it (exit 130)."""
+    from .live import hard_exit, run_in_worker
+
+    def interrupted(run_id: str | None, left_behind: bool) -> NoReturn:
+        _stop_view(tracker)
+        record = session.store.get_run(run_id) if run_id is not None else None
+        if run_id is None:
+            errors.print("interrupted before a run started; nothing was stored")
+        else:
+            errors.print(f"interrupted: run {run_id[:12]} is stored as interrupted. Continue it with:\n"
+                         f"  reflexa resume {run_id[:12]}", highlight=False, soft_wrap=True)
+        if record is not None and record.result is not None and (out.json or out.jsonl):
+            data = {"event": "result", **record.result} if out.jsonl else record.result  # still one document
+            print(json.dumps(data, default=str, indent=None if out.jsonl else 2), flush=True)
+        if left_behind:
+            hard_exit(130)
+        raise typer.Exit(130)
+
+    try:
+        return run_in_worker(run, tracker=tracker, store=session.store, on_interrupt=interrupted)
+    finally:
+        _stop_view(tracker)
+
+
+def _stop_view(tracker: Any) -> None:
+    if tracker.view is not None:
+        tracker.view.close()
+
+
+def finish(result: Result, out: Output) -> NoReturn:
+    """Print a result and exit with the code that says how it ended."""
+    from .render import print_summary, summary_line
+
+    if out.json:
+        print(json.dumps(result.to_dict(), default=str, indent=2))
+    elif out.jsonl:
+        print(json.dumps({"event": "result", **result.to_dict()}, default=str), flush=True)
+    elif out.quiet:
+        console.print(summary_line(result), highlight=False, soft_wrap=True)
+    else:
+        print_summary(console, result)
+    if result.error and out.quiet:
+        errors.print(f"[bold red]error:[/bold red] {escape(result.error)}", highlight=False)
+    raise typer.Exit(exit_code(result.stop_reason))
+
+
+# --- resume ----------------------------------------------------------------------------------------------
+
+def resume(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The unfinished run: its id or a unique prefix.")],
+    model: ModelOpt = None,
+    reflector_model: Annotated[str | None, option(
+        "SPEC", "Model spec for the reflector's calls; '' for the run's model. Default: the run's own.",
+        names=("--reflector-model",))] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")] = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print a JSON line per stored step.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="One summary line at the end.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Continue a killed or interrupted run from its last stored step, rebuilt from the spec it stored;
+    a side-effecting tool call is never repeated."""
+    with clean_errors():
+        from ..tasks import TaskSpec
+
+        out = Shared(json=as_json, jsonl=jsonl, quiet=quiet, verbose=verbose).output()
+        record = find_run(open_store(trace), run_id)
+        _resumable(record)
+        # Files named on this command line are where the user is now; the stored spec's are absolute.
+        spec = TaskSpec.from_run(record).with_options(model=model, reflector_model=reflector_model)
+        spec = spec.resolved(Path.cwd()).checked()
+        result = execute(spec, out, trace=trace, resume=record.run_id,
+                         experience=record.meta.get("experience", EXPERIENCE_DEFAULT.get(spec.loop, False)))
+    finish(result, out)
+
+
+def _resumable(record: Any) -> None:
+    """A ConfigError naming how to go on when `reflexa resume` is not how this run continues."""
+    from .browse import BATCH_RESUME
+
+    short = record.run_id[:12]
+    if record.status == "finished":
+        raise ConfigError(f"run {short} already finished ({record.stop_reason})")
+    if "parent" in record.meta:
+        raise ConfigError(f"run {short} is part of run {str(record.meta['parent'])[:12]} (a plan or trials run)",
+                          hint=f"resume that run: reflexa resume {str(record.meta['parent'])[:12]}")
+    if "batch" in record.meta:
+        raise ConfigError(f"run {short} is task {record.meta.get('batch_task')} of a batch", hint=BATCH_RESUME)
+
+
+COMMANDS = {name: run_command(build, run_spec) for name, build in
+            (("refine", refine), ("react", react), ("trials", trials), ("research", research), ("plan", plan),
+             ("run", run))}
+"""The run commands, by name, each with the shared option groups."""

@@ -1,0 +1,65 @@
+"""Reading the files a user names (tasks, tests, specs, scripts): each way one can fail is one ConfigError
+that says why, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+
+def file_problem(path: Path, what: str) -> str | None:
+    """Why `path` is no readable regular file (missing, a folder, a FIFO or socket, unreadable), or None."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return f"{what} not found: {path}"
+    except OSError as exc:
+        return f"cannot read the {what} {path}: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return f"the {what} is a directory, not a file: {path}"
+    if not stat.S_ISREG(mode):
+        return f"the {what} is not a regular file (a FIFO, socket or device): {path}"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"cannot read the {what} {path}: {exc.strerror or exc}"
+    return None
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file's content, or one ConfigError (missing, a folder, not a regular file, unreadable,
+    binary, not UTF-8)."""
+    if (problem := file_problem(path, what)) is not None:
+        raise ConfigError(problem)
+    data = path.read_bytes()
+    if b"\x00" in data[:4096]:
+        raise ConfigError(f"the {what} is a binary file, not text: {path}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the {what} is not UTF-8 text: {path} (byte {exc.start})") from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file's content, or one ConfigError that says why it cannot be read."""
+    if (problem := file_problem(path, what)) is not None:  # a FIFO would block the read for ever
+        raise ConfigError(problem)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} is a directory: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the {what} is not UTF-8 text: {path} (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the {what} is not JSON: {path}: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise ConfigError(f"the {what} is JSON nested too deeply to read: {path}") from None

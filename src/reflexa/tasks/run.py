@@ -1,0 +1,166 @@
+"""The one place a task becomes a loop call: build the spec's parts (checks, tools, search, validator) and
+call its loop with them. Every face comes through here, so a resumed run is rebuilt exactly as it ran."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..evaluate.answer import Validator, answer_validator
+from ..evaluate.checks import Check
+from ..loops import Session
+from ..search.base import SearchBackend
+from ..tools.registry import ToolRegistry
+from ..types import Budget, Lesson, Result
+from .inputs import load_schema, plan_tree
+from .spec import TaskSpec
+
+Runner = Callable[[TaskSpec, Session, str | None, dict[str, Any]], Result]
+
+
+def run_spec(spec: TaskSpec, session: Session | None = None, *, resume: str | None = None,
+             meta: dict[str, Any] | None = None) -> Result:
+    """Run `spec` in `session` (by default a session on the spec's model and reflector) and return its
+    Result; the run's record keeps the spec."""
+    spec = spec.checked()
+    session = session or spec_session(spec)
+    return RUNNERS[spec.loop](spec, session, resume, {"spec": _pinned(spec, session).dump(), **(meta or {})})
+
+
+def _pinned(spec: TaskSpec, session: Session) -> TaskSpec:
+    """The spec as it runs in `session`: the models it left to the configuration named, so a resume runs on
+    the same ones whatever the configuration says by then."""
+    model = session.resolved_model()
+    reflector = session.reflector_model if session.reflector_model is not model else None
+    pins = {"model": model.spec if spec.model is None else None,
+            "reflector_model": (reflector.spec if reflector is not None else "") if spec.reflector_model is None
+            else None}
+    return spec.with_options(**pins)
+
+
+def spec_session(spec: TaskSpec) -> Session:
+    """A session on the spec's model (the configured one when it names none) and its reflector."""
+    from ..models.spec import resolve, resolve_reflector
+
+    model = resolve(spec.model)
+    return Session(model=model, reflector_model=resolve_reflector(spec.reflector_model, model))
+
+
+# --- the parts a spec names -------------------------------------------------------------------------------
+
+def checks(spec: TaskSpec) -> list[Check]:
+    """The checks of a refine spec, each in a sandbox with the spec's timeout."""
+    from ..evaluate import (
+        CommandCheck,
+        JsonSchemaCheck,
+        Limits,
+        LLMJudge,
+        PytestCheck,
+        PythonScriptCheck,
+        RegexCheck,
+        Sandbox,
+    )
+
+    sandbox = Sandbox(Limits.within(spec.timeout))
+    found: list[Check] = []
+    if (tests := spec.path("tests")) is not None:
+        found.append(PytestCheck(tests, module=Path(spec.out_file).stem, sandbox=sandbox))
+    if spec.test_code:
+        found.append(PythonScriptCheck(spec.test_code, sandbox=sandbox))
+    if spec.check:
+        found.append(CommandCheck(spec.check, out=spec.out_file, workdir=Path(spec.workdir or "."),
+                                  sandbox=sandbox))
+    if spec.regex is not None:
+        found.append(RegexCheck(spec.regex))
+    if spec.json_schema is not None:
+        schema = spec.json_schema if isinstance(spec.json_schema, dict) else load_schema(spec.path("json_schema")
+                                                                                          or Path())
+        found.append(JsonSchemaCheck(schema))
+    if spec.judge:
+        found.append(LLMJudge())
+    return found
+
+
+def tools(spec: TaskSpec) -> ToolRegistry:
+    """The spec's tools: the bundled SQL toolset on its database."""
+    from ..tools.sql import sql_tools
+
+    return ToolRegistry(sql_tools(_db(spec), write=spec.write))
+
+
+def validator(spec: TaskSpec) -> Validator | None:
+    """The final answer's check (`validate`), or None."""
+    return answer_validator(spec.validate_, spec.path("db")) if spec.validate_ is not None else None
+
+
+def search_backend(spec: TaskSpec) -> SearchBackend:
+    """The spec's search backend; a local corpus is indexed now (only changed files are read again)."""
+    if spec.search == "local":
+        from ..search import LocalCorpus
+
+        corpus = spec.path("corpus") or Path()
+        local = LocalCorpus.for_folder(corpus)
+        local.index(corpus)
+        return local
+    from ..search.web import backend
+
+    return backend(spec.search)
+
+
+def _db(spec: TaskSpec) -> Path:
+    db = spec.path("db")
+    assert db is not None  # TaskSpec requires it for every loop with tools
+    return db
+
+
+# --- one runner per loop ----------------------------------------------------------------------------------
+
+def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
+    from ..loops.refine import MAX_ATTEMPTS, refine
+
+    return refine(spec.task, checks(spec), session=session, budget=spec.budget, reflect=spec.reflect,
+                  max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, meta=meta, resume=resume)
+
+
+def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any],
+           lessons: Sequence[Lesson] = (), budget: Budget | None = None) -> Result:
+    from ..loops.react import MAX_STEPS, react
+
+    return react(spec.task, tools(spec), session=session, budget=budget or spec.budget, validator=validator(spec),
+                 max_steps=spec.max_steps or MAX_STEPS, lessons=lessons, meta=meta, resume=resume)
+
+
+def _trials(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
+    from ..loops.trials import MAX_TRIALS, TrialCall, trials
+
+    labels = {key: value for key, value in meta.items() if key != "spec"}  # a trial is no trials run to resume
+
+    def trial(call: TrialCall) -> Result:
+        return _react(spec, session, call.resume, {**labels, **call.meta}, call.lessons, call.budget)
+
+    return trials(spec.task, trial, session=session, max_trials=spec.max_trials or MAX_TRIALS, budget=spec.budget,
+                  meta=meta, resume=resume)
+
+
+def _research(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
+    from ..loops.research import ROUNDS, research
+    from ..search import SearchCache
+
+    return research(spec.task, search_backend(spec), session=session, budget=spec.budget,
+                    max_rounds=spec.max_rounds or ROUNDS, cache=SearchCache(session.store), meta=meta,
+                    resume=resume)
+
+
+def _plan(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
+    from ..loops.plan import plan
+    from ..loops.react import MAX_STEPS
+
+    search = search_backend(spec) if spec.corpus or spec.search != "local" else None
+    return plan(spec.task, tools(spec), session=session, budget=spec.budget, tree=plan_tree(spec),
+                max_steps=spec.max_steps or MAX_STEPS, validator=validator(spec), facts=spec.facts, db=_db(spec),
+                search=search, replan=spec.replan, meta=meta, resume=resume)
+
+
+RUNNERS: dict[str, Runner] = {"refine": _refine, "react": _react, "trials": _trials, "research": _research,
+                              "plan": _plan}
