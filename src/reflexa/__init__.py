@@ -10,6 +10,9 @@ into a short structured lesson, and retry within a hard budget.
     >>> result = react("Which customer spent the most in 2024?", sql_tools("shop.sqlite"))
     >>> result = plan("Which city does the top customer of 2024 live in?", sql_tools("shop.sqlite"))
 
+    >>> from reflexa import TaskSpec   # a task of any loop as data, as the CLI and batch run it
+    >>> result = TaskSpec.from_file("task.json").run()
+
 Names are loaded on first use, so `import reflexa` stays cheap (no pydantic, no llama.cpp).
 """
 
@@ -28,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "refine": "reflexa.loops.refine",
     "research": "reflexa.loops.research",
     "trials": "reflexa.loops.trials",
+    "TrialCall": "reflexa.loops.trials",
+    # tasks as data
+    "TaskSpec": "reflexa.tasks.spec",
     # engine
     "ExperienceLibrary": "reflexa.reflect.experience",
     "Governor": "reflexa.reflect.governor",
@@ -129,7 +135,7 @@ if TYPE_CHECKING:
     from .loops.refine import refine
     from .loops.research import research
     from .loops.session import Session
-    from .loops.trials import trials
+    from .loops.trials import TrialCall, trials
     from .models.base import Completion, Model
     from .models.scripted import ScriptedModel
     from .models.spec import resolve as resolve_model
@@ -137,6 +143,7 @@ if TYPE_CHECKING:
     from .reflect.governor import Governor
     from .search.cache import SearchCache
     from .search.corpus import LocalCorpus
+    from .tasks.spec import TaskSpec
     from .tools.registry import Observation, Tool, ToolError, ToolRegistry, tool
     from .tools.sql import sql_tools
     from .trace.sqlite import SQLiteStore

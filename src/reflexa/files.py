@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,15 @@ def read_json(path: Path, what: str) -> Any:
         raise ConfigError(f"the {what} is not JSON: {path}: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:
         raise ConfigError(f"the {what} is JSON nested too deeply to read: {path}") from None
+
+
+def file_uri(path: Path, mode: str) -> str:
+    """A `file:` URI for an SQLite path opened in `mode` (ro, rw): `#`, `?` and `%` in the path are quoted,
+    not read as the URI's parts."""
+    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode={mode}"
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether the file at `path` starts as an SQLite database does."""
+    with path.open("rb") as handle:
+        return handle.read(16) == b"SQLite format 3\x00"

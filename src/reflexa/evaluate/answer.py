@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
-from ..tools.sql import file_uri
+from ..files import file_uri
 from ..types import ErrorCode, Signal
 from .checks import CheckContext
 

@@ -479,8 +479,9 @@ class LLMJudge:
 
 class FunctionCheck:
     """A plain function as a check: `candidate -> bool | str | Signal | None`. True or None passes; False
-    fails; a string fails and says what is wrong; a Signal is taken as it is (with its `pinpointed` flag).
-    An exception the function raises fails the candidate and names the exception."""
+    fails; a string fails and says what is wrong (the next attempt revises the candidate with it); a Signal
+    is taken as it is (with its `pinpointed` flag). An exception the function raises fails the candidate
+    (the next attempt starts fresh) and names the exception."""
 
     subjective = False
 
@@ -497,10 +498,11 @@ class FunctionCheck:
             return said
         if said is None or said is True:
             return Signal(self.name, True, score=1.0)
+        # A plain failure says nothing of how far off the candidate is: revise it with what the check said.
         if said is False:
-            return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{self.name} returned False", score=0.0)
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{self.name} returned False")
         if isinstance(said, str):
-            return Signal(self.name, False, ErrorCode.TEST_FAILED, said or f"{self.name} failed", score=0.0)
+            return Signal(self.name, False, ErrorCode.TEST_FAILED, said or f"{self.name} failed")
         raise TypeError(f"check {self.name} returned {type(said).__name__}; a check returns a bool, a str "
                         "(what is wrong), a Signal or None")
 

@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cache
@@ -550,107 +550,20 @@ class Sandbox:
 
     def _execute(self, argv: list[str], scratch: Path, extra_env: Mapping[str, str], limits: Limits,
                  report: bool) -> ExecResult:
-        prefix = _namespace_prefix()
-        if prefix:
-            setpriv = (shutil.which("setpriv") or "setpriv", "--no-new-privs", "--bounding-set=-all",
-                       "--inh-caps=-all", "--")
-            init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
-            command = [*prefix, *init, *setpriv, *argv]
-        else:
-            command = [sys.executable, "-I", "-S", "-c", _reaper_source(), "--", *argv]
-        env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(scratch),
-            "TMPDIR": str(scratch),
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            **extra_env,
-        }
-        pass_fds: tuple[int, ...] = ()
-        nonce = ""
-        report_read = -1
-        if report:
-            nonce = secrets.token_hex(16)
-            nonce_read, nonce_write = os.pipe()
-            os.write(nonce_write, nonce.encode())
-            os.close(nonce_write)
-            report_read, report_write = os.pipe()
-            pass_fds = (nonce_read, report_write)
-            env[REPORT_FDS_ENV] = f"{nonce_read},{report_write}"
+        command, namespaced = _command(argv, scratch)
+        env = _environment(scratch, extra_env)
+        channel = _ReportChannel(env) if report else None
         try:
             cgroups = _Cgroups(limits) if _cgroup_parent("pids") or _cgroup_parent("memory") else None
         except OSError as exc:
-            for fd in (*pass_fds, report_read):
-                if fd >= 0:
-                    os.close(fd)
+            if channel:
+                channel.close()
             raise SandboxError(f"cannot create the run's cgroups: {exc}") from None
-        nproc = None if _cgroup_available() or os.geteuid() == 0 else _count_user_processes() + limits.processes
-
-        def preexec() -> None:
-            os.setsid()
-            if cgroups:
-                cgroups.join()
-            mib = 1024 * 1024
-            # CPU: the soft limit sends SIGXCPU (reported as a timeout); the hard one, a second later, SIGKILL
-            # for a program that catches it. Equal limits would send SIGKILL alone, which reads as a crash.
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
-            for name, value in (
-                (resource.RLIMIT_AS, limits.memory_mb * mib),
-                (resource.RLIMIT_FSIZE, limits.file_size_mb * mib),
-                (resource.RLIMIT_NOFILE, limits.open_files),
-                (resource.RLIMIT_CORE, 0),
-            ):
-                resource.setrlimit(name, (value, value))
-            if nproc is not None:
-                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
         started = time.monotonic()
-        out: list[bytes] = []
-        err: list[bytes] = []
-        channel: list[bytes] = []
-        try:
-            proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=pass_fds,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec)
-        except BaseException as exc:  # a Ctrl-C landing here too: the cgroups and the pipe are not left behind
-            if cgroups:
-                cgroups.sweep()
-            if report_read >= 0:
-                os.close(report_read)
-            if isinstance(exc, (OSError, subprocess.SubprocessError)):  # the latter: a limit not set
-                raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
-            raise
-        finally:
-            for fd in pass_fds:
-                os.close(fd)  # the child holds its copies; the parent's would keep the channel open
-        with _LIVE_LOCK:
-            _LIVE.add(proc.pid)
-        streams = [(proc.stdout, limits.output_chars, out), (proc.stderr, limits.output_chars, err)]
-        if report:
-            streams.append((os.fdopen(report_read, "rb", buffering=0), REPORT_BYTES, channel))
-        readers = [threading.Thread(target=_reader, args=s, daemon=True) for s in streams]
-        for reader in readers:
-            reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=limits.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if timed_out and not prefix:
-                _sweep_through_reaper(proc)
-            # Kill the tree whether or not the main process ended: a grandchild may still run.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with _LIVE_LOCK:
-                _LIVE.discard(proc.pid)
-            if cgroups:
-                cgroups.sweep()
-            proc.wait()
-        for reader in readers:
-            reader.join(timeout=0.5)
-        for stream, _, _ in streams:
-            if stream is not None:  # never None (both are pipes), but Popen types them optional
-                stream.close()
+        proc = _start(command, argv[0], scratch, env, channel, cgroups, _preexec(limits, cgroups))
+        captured = _Captured(proc, limits, channel)
+        timed_out = _wait(proc, limits, namespaced, cgroups)
+        out, err, raw = captured.collect()
         code = proc.returncode
         killed_by = None
         if code is not None and code < 0:
@@ -658,13 +571,145 @@ class Sandbox:
         elif code is not None and code > 128:
             killed_by = _signal_name(code - 128)  # _nsinit.py and _reaper.py report a signal death as 128+n
         return ExecResult(
-            returncode=None if timed_out else code,
-            stdout=b"".join(out).decode(errors="replace"),
-            stderr=b"".join(err).decode(errors="replace"),
-            timed_out=timed_out,
-            duration=time.monotonic() - started,
-            killed_by=killed_by,
-            isolation=self.isolation,
+            returncode=None if timed_out else code, stdout=out, stderr=err, timed_out=timed_out,
+            duration=time.monotonic() - started, killed_by=killed_by, isolation=self.isolation,
             memory_exceeded=bool(cgroups and cgroups.oom),
-            report=_verified_report(b"".join(channel), nonce) if report else None,
+            report=_verified_report(raw, channel.nonce) if channel else None,
         )
+
+
+def _command(argv: list[str], scratch: Path) -> tuple[list[str], bool]:
+    """The command line that runs `argv` in the sandbox, and whether it runs in namespaces of its own."""
+    prefix = _namespace_prefix()
+    if not prefix:
+        return [sys.executable, "-I", "-S", "-c", _reaper_source(), "--", *argv], False
+    setpriv = (shutil.which("setpriv") or "setpriv", "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--")
+    init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
+    return [*prefix, *init, *setpriv, *argv], True
+
+
+def _environment(scratch: Path, extra_env: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a sandboxed run: nothing of the parent's but what is named here."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch),
+            "TMPDIR": str(scratch), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **extra_env}
+
+
+class _ReportChannel:
+    """The harness's report channel: a nonce it must echo, read from one pipe, and the pipe it writes its
+    report to; the run's environment names both descriptors."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.nonce = secrets.token_hex(16)
+        nonce_read, nonce_write = os.pipe()
+        os.write(nonce_write, self.nonce.encode())
+        os.close(nonce_write)
+        self.read_fd, report_write = os.pipe()
+        self.child_fds: tuple[int, ...] = (nonce_read, report_write)
+        env[REPORT_FDS_ENV] = f"{nonce_read},{report_write}"
+
+    def close_child_ends(self) -> None:
+        """The parent's copies of the child's ends: kept open, they would keep the channel open."""
+        for fd in self.child_fds:
+            os.close(fd)
+        self.child_fds = ()
+
+    def close(self) -> None:
+        self.close_child_ends()
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+
+
+def _preexec(limits: Limits, cgroups: _Cgroups | None) -> Callable[[], None]:
+    """What the child runs before it executes the command: its own session, its cgroups, its rlimits."""
+    nproc = None if _cgroup_available() or os.geteuid() == 0 else _count_user_processes() + limits.processes
+
+    def preexec() -> None:
+        os.setsid()
+        if cgroups:
+            cgroups.join()
+        mib = 1024 * 1024
+        # CPU: the soft limit sends SIGXCPU (reported as a timeout); the hard one, a second later, SIGKILL
+        # for a program that catches it. Equal limits would send SIGKILL alone, which reads as a crash.
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+        for name, value in (
+            (resource.RLIMIT_AS, limits.memory_mb * mib),
+            (resource.RLIMIT_FSIZE, limits.file_size_mb * mib),
+            (resource.RLIMIT_NOFILE, limits.open_files),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(name, (value, value))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return preexec
+
+
+def _start(command: list[str], name: str, scratch: Path, env: dict[str, str], channel: _ReportChannel | None,
+           cgroups: _Cgroups | None, preexec: Callable[[], None]) -> subprocess.Popen[bytes]:
+    """The sandboxed process, started and registered for stop_all."""
+    try:
+        proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+                                pass_fds=channel.child_fds if channel else (), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=preexec)
+    except BaseException as exc:  # a Ctrl-C landing here too: the cgroups and the pipe are not left behind
+        if cgroups:
+            cgroups.sweep()
+        if channel:
+            channel.close()
+        if isinstance(exc, (OSError, subprocess.SubprocessError)):  # the latter: a limit not set
+            raise SandboxError(f"cannot start {name}: {exc}") from None
+        raise
+    if channel:
+        channel.close_child_ends()  # the child holds its copies
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
+    return proc
+
+
+class _Captured:
+    """The process's stdout, stderr and report channel, each read to its cap by a thread of its own."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limits: Limits, channel: _ReportChannel | None) -> None:
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.channel: list[bytes] = []
+        self.streams: list[tuple[Any, int, list[bytes]]] = [(proc.stdout, limits.output_chars, self.out),
+                                                             (proc.stderr, limits.output_chars, self.err)]
+        if channel:
+            self.streams.append((os.fdopen(channel.read_fd, "rb", buffering=0), REPORT_BYTES, self.channel))
+            channel.read_fd = -1  # the stream owns it now
+        self.readers = [threading.Thread(target=_reader, args=s, daemon=True) for s in self.streams]
+        for reader in self.readers:
+            reader.start()
+
+    def collect(self) -> tuple[str, str, bytes]:
+        """stdout and stderr as text, and the raw report, once the process is gone."""
+        for reader in self.readers:
+            reader.join(timeout=0.5)
+        for stream, _, _ in self.streams:
+            if stream is not None:  # never None (both are pipes), but Popen types them optional
+                stream.close()
+        return (b"".join(self.out).decode(errors="replace"), b"".join(self.err).decode(errors="replace"),
+                b"".join(self.channel))
+
+
+def _wait(proc: subprocess.Popen[bytes], limits: Limits, namespaced: bool, cgroups: _Cgroups | None) -> bool:
+    """Wait for the process up to its timeout, then kill its whole tree; True when it timed out."""
+    timed_out = False
+    try:
+        proc.wait(timeout=limits.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if timed_out and not namespaced:
+            _sweep_through_reaper(proc)
+        # Kill the tree whether or not the main process ended: a grandchild may still run.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+        if cgroups:
+            cgroups.sweep()
+        proc.wait()
+    return timed_out

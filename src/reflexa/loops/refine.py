@@ -35,14 +35,14 @@ Resample = Literal["off", "stall", "revision"]
 """When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself;
 or also after every revision that still fails (the default). On Qwen2.5-Coder-0.5B the two retries convert
 different problems: a greedy revision told how the attempt failed (HumanEval), a sampled fresh attempt
-(MBPP); bench/retry_ab.py measures both."""
+(MBPP); bench/experiments/retry_ab.py measures both."""
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
 "Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
 shown the revision's lesson: on MBPP each way round lost the conversions this attempt makes on a small
-model (bench/results/mbpp-recheck-3f48b0e-rows.jsonl and -16cfce4-rows.jsonl)."""
+model (bench/README.md, MBPP)."""
 MAX_LESSONS = 5
 """Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3

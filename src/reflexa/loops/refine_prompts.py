@@ -52,7 +52,7 @@ def revise(task: str, lessons: list[Lesson], candidate: str, feedback: str) -> l
 
 def retry(task: str, lessons: list[Lesson], feedback: str) -> list[Message]:
     """Start again from the task, told how the latest candidate failed its checks but not shown its code
-    (the `feedback` context strategy): a small model shown its failed code copies it (bench/retry_ab.py)."""
+    (the `feedback` context strategy): a small model shown its failed code copies it (bench/experiments/retry_ab.py)."""
     return [{"role": "user", "content": f"{task}{_lessons(lessons)}\n\n{RETRY}\n{feedback}"}]
 
 

@@ -77,7 +77,7 @@ def default_threads() -> int:
     llama.cpp's decode threads spin-wait for each other at every token, so when the thread count equals
     the core count, one other busy process stalls all of them. Qwen2.5-Coder-0.5B on two cores with one
     other process busy: 23.1 tok/s with one thread, 0.3 with two; with two others busy, 11.8 against 0.2
-    (bench/results/threads.json). On an idle machine one thread gives up about a third of the speed
+    (bench/speed/threads.py). On an idle machine one thread gives up about a third of the speed
     (29.4 against 43.8 tok/s, measured earlier on the same kind of machine): a small price next to a 70x
     collapse. Set $REFLEXA_THREADS or `threads = N` to use every core on a machine kept idle.
     """

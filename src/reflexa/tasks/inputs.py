@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..files import file_problem, read_json, read_text
+from ..files import file_problem, is_sqlite, read_json, read_text
 
 if TYPE_CHECKING:
     from .spec import TaskSpec
@@ -114,7 +114,6 @@ def load_schema(path: Path) -> dict:
 
 def _database_problems(spec: TaskSpec, db: Path) -> list[str]:
     from ..evaluate.answer import answer_validator
-    from ..tools.sql import is_sqlite
 
     if not is_sqlite(db):
         return [f"db: not an SQLite database: {db}"]

@@ -11,10 +11,10 @@ import itertools
 import re
 import sqlite3
 import time
-import urllib.parse
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..files import file_uri
 from ..types import ErrorCode
 from .registry import TOOL_TIMEOUT, Tool, ToolError, sqlite_error_code, tool
 
@@ -41,18 +41,6 @@ VALUE_REPAIR = 0.8
 fixed query, which the classifier applies by rule) only when they are at least this similar ('Lisboa' and
 'Lisbon': 0.83); a looser match ('Kyo' for 'Kyoto', 'Paris' for 'Parma') is named in a note and left to the
 agent, since a value, unlike a misspelt column, can mean something else."""
-
-
-def file_uri(path: Path, mode: str) -> str:
-    """A `file:` URI for an SQLite path opened in `mode` (ro, rw): `#`, `?` and `%` in the path are quoted,
-    not read as the URI's parts."""
-    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode={mode}"
-
-
-def is_sqlite(path: Path) -> bool:
-    """Whether the file at `path` starts as an SQLite database does."""
-    with path.open("rb") as handle:
-        return handle.read(16) == b"SQLite format 3\x00"
 
 
 def _no_attach(action: int, *args: object) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from ..tools.sql import file_uri
+from ..files import file_uri
 from ..types import Step
 from .store import (
     LEASE_TTL,

@@ -100,16 +100,38 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
     """The viewer for the store at `trace`, opened read-only (a StoreError when it cannot be).
     `allowed_hosts` limits the Host header (None: any, for tests and a deliberate --host)."""
     store = ReadOnlyStore(trace)
-    env = environment()
     app = FastAPI(title="reflexa trace viewer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    pages = Pages(store, environment())
+    _run_routes(app, pages)
+    _engine_routes(app, pages)
+    _metrics_route(app)
+    wrapped: Any = SecurityHeaders
+    app.add_middleware(wrapped)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    return app
 
-    def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(trace=str(store.path), **context), status_code=status_code)
 
-    def not_found(what: str) -> HTMLResponse:
-        return page("error.html", 404, title="not found", message=what)
+@dataclass(frozen=True, slots=True)
+class Pages:
+    """The store the pages read and the templates they render with."""
+
+    store: ReadOnlyStore
+    env: Any
+
+    def page(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(trace=str(self.store.path), **context),
+                            status_code=status_code)
+
+    def not_found(self, what: str) -> HTMLResponse:
+        return self.page("error.html", 404, title="not found", message=what)
+
+
+def _run_routes(app: FastAPI, pages: Pages) -> None:
+    """The runs list, a run's page, a step's JSON and a live run's events."""
+    store = pages.store
 
     @app.get("/", response_class=HTMLResponse)
     def runs_page(loop: str = "", status: str = "", model: str = "", q: str = "", sort: str = "started",
@@ -119,22 +141,22 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
         rows = store.search_runs(loop=loop or None, status=status or None, model=model or None, text=q.strip() or None,
                                  sort=sort, descending=descending, limit=limit)
         filters = {"loop": loop, "status": status, "model": model, "q": q}
-        return page("runs.html", title="runs", rows=rows, filters=filters, choices=store.choices(), sort=sort,
-                    descending=descending, limit=limit, query={k: v for k, v in filters.items() if v})
+        return pages.page("runs.html", title="runs", rows=rows, filters=filters, choices=store.choices(), sort=sort,
+                          descending=descending, limit=limit, query={k: v for k, v in filters.items() if v})
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
     def run_page(run_id: str) -> HTMLResponse:
         record = store.get_run(run_id)
         if record is None:
-            return not_found(f"no run has the id {run_id!r} (nor starts with it alone)")
+            return pages.not_found(f"no run has the id {run_id!r} (nor starts with it alone)")
         steps = store.steps(record.run_id)
         usage = usage_of(record, store.usage_by_role(record.run_id))
         live = record.status == "running"
-        return page("run.html", title=f"run {record.run_id[:12]}", run=record, items=Timeline(record).items(steps),
-                    usage=usage, total=Usage.total(usage.values()), usage_chart=_usage_chart(usage),
-                    citations=citations(record, steps), live=live, alive=live and store.live(record.run_id),
-                    last_step=steps[-1].step_id if steps else 0, duration=(record.ended_at or time.time())
-                    - record.started_at, result=record.result or {})
+        return pages.page("run.html", title=f"run {record.run_id[:12]}", run=record,
+                          items=Timeline(record).items(steps), usage=usage, total=Usage.total(usage.values()),
+                          usage_chart=_usage_chart(usage), citations=citations(record, steps), live=live,
+                          alive=live and store.live(record.run_id), last_step=steps[-1].step_id if steps else 0,
+                          duration=(record.ended_at or time.time()) - record.started_at, result=record.result or {})
 
     @app.get("/runs/{run_id}/steps/{step_id}.json")
     def step_json(run_id: str, step_id: int) -> Response:
@@ -152,8 +174,13 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
             return PlainTextResponse(f"no run {run_id!r}", status_code=404)
         if last_event_id and last_event_id.isdigit():  # the browser reconnected: carry on after what it has
             after = max(after, int(last_event_id))
-        return StreamingResponse(_feed(request, store, env, record, after), media_type="text/event-stream",
+        return StreamingResponse(_feed(request, store, pages.env, record, after), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _engine_routes(app: FastAPI, pages: Pages) -> None:
+    """The experience library's and the governor's pages."""
+    store = pages.store
 
     @app.get("/experience", response_class=HTMLResponse)
     def experience_page() -> HTMLResponse:
@@ -164,7 +191,7 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
                                                                            "muted")],
                                text=f"{e.hits} hits, {e.successes}✓ {e.failures}✗") for e in top],
                           title="experience entries: successes, failures and untried hits")
-        return page("experience.html", title="experience", entries=entries, chart=chart)
+        return pages.page("experience.html", title="experience", entries=entries, chart=chart)
 
     @app.get("/governor", response_class=HTMLResponse)
     def governor_page() -> HTMLResponse:
@@ -173,15 +200,8 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
         chart = bar_chart([Bar(f"{r.family} · {r.model}", [(r.rate or 0.0, "ok")], marker=r.upper,
                                text=f"{r.stats.conversions}/{r.stats.samples}, upper {r.upper:.0%}") for r in rows],
                           title="conversion rate of reflected retries (tick: 95% upper bound)", scale=1.0)
-        return page("governor.html", title="governor", rows=rows, chart=chart, min_samples=defaults.min_samples,
-                    min_rate=defaults.min_rate)
-
-    _metrics_route(app)
-    wrapped: Any = SecurityHeaders
-    app.add_middleware(wrapped)
-    if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
-    return app
+        return pages.page("governor.html", title="governor", rows=rows, chart=chart, min_samples=defaults.min_samples,
+                          min_rate=defaults.min_rate)
 
 
 @dataclass(frozen=True, slots=True)
