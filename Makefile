@@ -16,7 +16,7 @@ setup-test:
 # by `refine` on the embedded model after a lesson from a reflector on its own, larger model. Exit codes 0, 3 and 4
 # count as "ran" (0 passed, 3 stopped without passing, 4 answered but unverified); 1 and 2 are failures.
 demo: setup-demo
-	@.venv/bin/reflexa refine --task examples/rolling_max/task.md --tests examples/rolling_max/test_solution.py \
+	@.venv/bin/reflexa refine examples/rolling_max/task.md --tests examples/rolling_max/test_solution.py \
 	  --reflector-model local:qwen1.5b; \
 	  code=$$?; echo "reflexa exited $$code (0 solved, 3 not solved within the budget, 4 answered but unverified)"; \
 	  case $$code in 0|3|4) ;; *) exit $$code ;; esac
