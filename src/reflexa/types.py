@@ -175,6 +175,17 @@ def cap_ends(text: str, limit: int) -> str:
     return text[: limit - tail - 1].rstrip() + "…" + text[-tail:].lstrip()
 
 
+def valid_text(text: str) -> str:
+    """`text` with every lone surrogate (half of a UTF-16 pair: a JSON reply's "\\ud800", a cut-off emoji)
+    replaced by U+FFFD, so it can be encoded, stored and printed: model replies, tool output and evidence
+    pass through here before anything encodes them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 _DELIMITER_RUN = re.compile(r"<{3,}|>{3,}")
 
 

@@ -90,3 +90,42 @@ def test_show_with_a_wildcard_never_matches_a_real_run(work):
     for wildcard in ("%", "_"):
         result = runner.invoke(app, ["show", wildcard])
         assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "loop", "unreadable"])
+@pytest.mark.parametrize("flag", ["task", "--tests"])
+def test_a_task_or_tests_file_that_cannot_be_read_is_named_before_any_model_call(work, kind, flag):
+    """A FIFO or socket was "not found"; a file that cannot be read was an internal error (tests) or was
+    silently taken as the task's text (task)."""
+    import socket as sockets
+    import stat as stats
+
+    path = work / f"odd-{kind}.md"
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "not a regular file"
+    elif kind == "socket":
+        server = sockets.socket(sockets.AF_UNIX)
+        server.bind(str(path))
+        expected = "not a regular file"
+    elif kind == "loop":
+        os.symlink(path, path)  # a link to itself: stat fails with ELOOP
+        expected = "cannot read"
+    else:
+        path.write_text("the task")
+        os.chmod(path, 0)
+        if os.access(path, os.R_OK):  # root reads it whatever its mode: make open fail another way
+            pytest.skip("this user can read a file of mode 000")
+        expected = "cannot read"
+    args = ["refine", str(path), "--tests", "tests.py"] if flag == "task" else ["refine", "t", "--tests", str(path)]
+    result = runner.invoke(app, [*args, "--model", "scripted:replies.json"])
+    assert result.exit_code == 2 and expected in " ".join(result.output.split()), result.output
+    assert "internal error" not in result.output
+    assert stats.S_ISREG((work / "replies.json").stat().st_mode)
+
+
+def test_an_out_module_the_tests_do_not_import_is_named_before_any_model_call(work):
+    (work / "r.json").write_text(json.dumps([]))  # a model call would fail the run: none must happen
+    result = runner.invoke(app, ["refine", "t", "--tests", "tests.py", "--out", "answer.py", "--model",
+                                 "scripted:r.json"])
+    assert result.exit_code == 2 and "does not import `answer`" in " ".join(result.output.split()), result.output

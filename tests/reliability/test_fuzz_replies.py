@@ -163,3 +163,21 @@ def test_research_survives_any_reply(store, items):
     assert "evil.example" not in text
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", text.split("References:")[0])}
     assert cited <= {1}  # only retrieved evidence is ever cited
+
+
+def test_a_reply_cut_at_max_tokens_that_holds_a_lone_surrogate_ends_the_run_cleanly(tmp_path):
+    """A cut-off structured reply is read for a loop before it is asked again; its lone surrogate once raised
+    UnicodeEncodeError there, and the run was stored as ERROR."""
+    cut = '{"action": {"thought": "' + "\ud800 again " * 400
+    store = SQLiteStore(tmp_path / "t.db")
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return "value \udfff"
+
+    final = {"action": {"thought": "done", "tool": "final_answer", "args": {"answer": "x\ud800"}}}
+    result = react("q", [lookup], session=Session(model=ScriptedModel([cut, cut, final]), store=store),
+                   validator=lambda answer: None)
+    assert result.stop_reason is StopReason.PASSED and result.output == "x\ufffd"
+    assert store.get_run(result.run_id).status == "finished"

@@ -1,8 +1,10 @@
 """The citation audit: every citation in an answer must be `[n]` naming evidence retrieved in this run.
 
-Only the syntax the prompt asks for counts: `[n]`, one number in plain brackets. Any other bracketed
-number form (`[1, 99]`, `[ 99 ]`, `[^2]`, `[1-3]`) is not a citation and fails the audit, and `clean`
-removes it. URLs and markdown links are kept only when they are the source of evidence the answer cites.
+Only the syntax the prompt asks for counts: `[n]`, one number in ASCII digits in plain brackets. Any other
+bracketed number form is not a citation and fails the audit, and `clean` removes it: `[1, 99]`, `[ 99 ]`,
+`[^2]`, `[1-3]`, `[99a]`, full-width and CJK brackets (`［99］`, `【99】`), other digit scripts (`[١]`) and
+brackets written as HTML entities (`&#91;99&#93;`). HTML tags are removed whole, and a URL, a bare host with
+a path, an IP address or a data URI is kept only when it is the source of evidence the answer cites.
 """
 
 from __future__ import annotations
@@ -14,14 +16,22 @@ from ..types import ErrorCode, Signal
 
 _CITE = re.compile(r"\[([1-9][0-9]*)\]")
 """A citation: one number in ASCII digits, no leading zero (`[01]` and `[١]` are not the form asked for)."""
-_ANY_REF = re.compile(r"\[\s*\^?\s*[0-9][0-9\s,;.\-–]*\]")
-"""Anything that looks like a bracketed reference, valid or not."""
+OPEN = "[［【〔〖〘⟦⁅﹝"
+CLOSE = "]］】〕〗〙⟧⁆﹞"
+_ANY_REF = re.compile(rf"[{re.escape(OPEN)}]\s*\^?\s*\d[\w\s,;.\-–]*[{re.escape(CLOSE)}]")
+"""Anything that looks like a bracketed reference, valid or not: any bracket, any script's digits, suffixes."""
+_ENTITY_BRACKET = re.compile(r"&(?:#0*91|#x0*5b|lbrack|lsqb|#0*93|#x0*5d|rbrack|rsqb);", re.IGNORECASE)
+_TAG = re.compile(r"</?[a-zA-Z][^<>]{0,2000}>|<!--.*?-->", re.DOTALL)
+"""An HTML tag (an <img> or <a> would fetch or link whatever its attributes name) or an HTML comment."""
 _HEADING = re.compile(r"(?:#+ ?)?\**(?:references?|sources?|bibliography)\**:?\**(?: *\[\d.*)?", re.IGNORECASE)
 """A line (stripped) that opens a references section: the word alone as a heading, or "Sources: [1] ..."."""
 _MD_LINK = re.compile(r"\[([^\]\n]*)\]\((\S+?)\)")
-_URL = re.compile(r"(?:https?|ftp)://[^\s<>()\[\]]+|(?<![\w:/])//[\w-]+(?:\.[\w-]+)+[^\s<>()\[\]]*"
-                  r"|www\.[^\s<>()\[\]]+|(?:mailto|data|javascript):[^\s<>()\[\]]+", re.IGNORECASE)
-"""A link: with a scheme, scheme-relative (//host), www., or a mailto:, data: or javascript: URI."""
+_URL = re.compile(r"(?:[a-z][a-z0-9+.-]{1,15})://[^\s<>()\[\]]+|(?<![\w:/])//[\w-]+(?:\.[\w-]+)+[^\s<>()\[\]]*"
+                  r"|www\.[^\s<>()\[\]]+|(?:mailto|data|javascript|file):[^\s<>()\[\]]+"
+                  r"|(?<![\w@/.-])(?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?[/?][^\s<>()\[\]\"']*"
+                  r"|(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?:/[^\s<>()\[\]\"']*)?", re.IGNORECASE)
+"""A link: with a scheme, scheme-relative (//host), www., a mailto:, data:, javascript: or file: URI, a bare
+host with a path or a query (`evil.example/x?d=...`), or an IP address."""
 
 
 def strip_references(answer: str) -> str:
@@ -34,14 +44,20 @@ def strip_references(answer: str) -> str:
     return answer.rstrip()
 
 
+def _decoded(answer: str) -> str:
+    """Brackets written as HTML entities, as brackets: `&#91;9&#93;` reads as `[9]` wherever it is shown."""
+    return _ENTITY_BRACKET.sub(lambda m: "[" if m.group(0).lower() in ("&lbrack;", "&lsqb;") or
+                               re.search(r"91|5b", m.group(0), re.IGNORECASE) else "]", answer)
+
+
 def cited(answer: str) -> list[int]:
     """The evidence numbers an answer cites in the accepted `[n]` form."""
-    return sorted({int(n) for n in _CITE.findall(answer)})
+    return sorted({int(n) for n in _CITE.findall(_decoded(answer))})
 
 
 def malformed(answer: str) -> list[str]:
     """Bracketed reference forms other than `[n]`."""
-    return [m.group(0) for m in _ANY_REF.finditer(answer) if not _CITE.fullmatch(m.group(0))]
+    return [m.group(0) for m in _ANY_REF.finditer(_decoded(answer)) if not _CITE.fullmatch(m.group(0))]
 
 
 def audit(answer: str, retrieved: Collection[int]) -> Signal:
@@ -73,7 +89,7 @@ def clean(answer: str, sources: Mapping[int, str]) -> str:
     """The answer with every unknown or malformed citation removed (its claim marked uncertain), and every
     URL or markdown link that is not the source of cited evidence removed. `sources` maps each retrieved
     evidence number to its source."""
-    answer = _remove_unknown(answer, sources.keys())
+    answer = _remove_unknown(_TAG.sub(" ", _decoded(answer)), sources.keys())
     allowed = {sources[n] for n in cited(answer) if n in sources}
     answer = _MD_LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else _link_text(m.group(1), sources),
                           answer)

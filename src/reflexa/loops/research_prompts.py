@@ -150,18 +150,15 @@ def concrete_gaps(gaps: Gaps) -> list[str]:
     return [g for g in gaps.missing if len(content_words(g)) >= 2]
 
 
-MIN_SHARED_WORDS = 2
-"""Content words a query must share with the question or the gaps named before any evidence was read."""
-
-
 def clean_queries(proposed: list[str], question: str, gaps: list[str], already: set[str],
                   anchor: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(queries to run, rejections with reasons). Rules: not empty, at most 12 words, deduplicated and
     never run twice (compared normalised: case and punctuation aside), not a mere repeat of the question
-    when a gap is named, and sharing at least MIN_SHARED_WORDS content words with the question or with the
-    gaps named before any evidence was read (`anchor`), so text inside evidence cannot steer the searches,
-    and at least one with the question itself, so a wrong draft cannot send the search after its own guess
-    (a draft that answered "California" searched "California"). `already` holds normalised queries."""
+    when a gap is named, sharing a content word with the question (a wrong draft cannot send the search
+    after its own guess), and made only of words of the question and of the gaps the draft named before
+    any evidence was read (`anchor`; `gaps` on the first round): a query carrying a word that only the
+    evidence holds is text the evidence wrote, and an injected search never runs. `already` holds
+    normalised queries."""
     keep: list[str] = []
     rejected: list[str] = []
     seen = set(already)
@@ -174,13 +171,14 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
             continue
         query = " ".join(words[:MAX_QUERY_WORDS])
         key = " ".join(_WORD.findall(query.lower()))
+        own = content_words(query)
         if key in seen:
             rejected.append(f"{query}: already run or duplicated")
-        elif gaps and content_words(query) == content_words(question):
+        elif gaps and own == asked:
             rejected.append(f"{query}: repeats the question while a specific gap is named")
-        elif (len(content_words(query) & topic) < min(MIN_SHARED_WORDS, len(content_words(query)) or 1)
-              or asked and not content_words(query) & asked):
-            rejected.append(f"{query}: unrelated to the question and its gaps")
+        elif not own or (asked and not own & asked) or not own <= topic:
+            rejected.append(f"{query}: unrelated to the question and its gaps "
+                            f"({', '.join(sorted(own - topic)) or 'no word of the question'})")
         else:
             keep.append(query)
             seen.add(key)

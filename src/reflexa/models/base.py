@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..structured import Message, Schema, json_schema_of, parse
-from ..types import Usage
+from ..types import Usage, valid_text
 
 
 @dataclass(slots=True)
@@ -124,10 +124,10 @@ def schema_instruction(json_schema: dict[str, Any]) -> str:
 
 def _completion(gen: Generation, schema: Schema | None, max_tokens: int) -> Completion:
     """A Completion from a raw reply: usage counted, and with a schema the value validated (never raised)."""
-    completion = Completion(gen.text, usage=Usage(gen.input_tokens, gen.output_tokens, 1),
-                            finish_reason=gen.finish_reason)
+    text = valid_text(gen.text)  # a reply cut mid-character, or a JSON "\ud800", must not break what encodes it
+    completion = Completion(text, usage=Usage(gen.input_tokens, gen.output_tokens, 1), finish_reason=gen.finish_reason)
     if schema is not None:
-        completion.value, completion.error = parse(gen.text, schema)
+        completion.value, completion.error = parse(text, schema)
         if completion.value is None and gen.finish_reason == "length":
             completion.error = f"reply cut off at max_tokens={max_tokens} ({completion.error})"
     return completion

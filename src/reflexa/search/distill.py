@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..types import valid_text
 from .base import Evidence
 
 SENTENCES = 3
@@ -19,7 +20,10 @@ def _terms(text: str) -> set[str]:
 
 
 def distill(evidence: Evidence, query: str, sentences: int = SENTENCES) -> Evidence:
-    """The same evidence with its snippet cut to the best `sentences` sentences, in their original order."""
+    """The same evidence with its snippet cut to the best `sentences` sentences, in their original order (its
+    text made valid: a hostile page may hold lone surrogates)."""
+    evidence = replace(evidence, title=valid_text(evidence.title), snippet=valid_text(evidence.snippet),
+                       source=valid_text(evidence.source))
     parts = [s.strip() for s in _SPLIT.split(evidence.snippet) if s.strip()]
     if len(parts) <= sentences:
         return evidence

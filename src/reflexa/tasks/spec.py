@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -196,13 +197,12 @@ class TaskSpec(BaseModel):
         """A copy whose paths (and file model specs) are absolute, read against `workdir` or else `base`."""
         from ..models.spec import absolute_spec
 
-        folder = Path(self.workdir) if self.workdir else base
-        folder = (base / folder).resolve()
+        folder = _absolute(base / (self.workdir or "."))
         update: dict[str, Any] = {"workdir": str(folder)}
         for name in (*PATHS, "plan", "json_schema"):
             value = getattr(self, name)
             if isinstance(value, str) and value:
-                update[name] = str((folder / value).resolve())
+                update[name] = str(_absolute(folder / value))
         for name in ("model", "reflector_model"):
             if getattr(self, name):
                 update[name] = absolute_spec(getattr(self, name), folder)
@@ -292,6 +292,15 @@ def _loop_errors(spec: TaskSpec) -> list[str]:
     if spec.loop == "research" and spec.search == "local" and not spec.corpus:
         errors.append("corpus: required for research with search 'local' (a folder of documents)")
     return errors
+
+
+def _absolute(path: Path) -> Path:
+    """`path` resolved; a link that loops, or that cannot be followed, stays as written (made absolute), so
+    the file system check names the problem instead of failing on it."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def _aliased(options: dict[str, Any]) -> dict[str, Any]:

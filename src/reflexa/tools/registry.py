@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..errors import ConfigError
-from ..types import TAIL_SHARE, Control, ErrorCode, cap
+from ..types import TAIL_SHARE, Control, ErrorCode, cap, valid_text
 
 OUTPUT_CHARS = 2000
 """Characters of a tool's output shown to the model: a longer one shows its first 3/4 and its last 1/4 of
@@ -289,7 +289,7 @@ class ToolSession:
             value = _run_with_timeout(call, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            message = cap(str(exc) or type(exc).__name__, 400)
+            message = cap(valid_text(str(exc)) or type(exc).__name__, 400)
             if t.side_effect and isinstance(exc, Abandoned):
                 # Its effect is unknown and may yet happen: repeating the call could do it twice.
                 return Observation(t.name, args, False, code=ErrorCode.TIMEOUT, fatal=True,
@@ -297,7 +297,7 @@ class ToolSession:
                                    "it is not repeated: check its effect by hand")
             return Observation(t.name, args, False, code=_code_for(exc), message=message,
                                suggestion=suggestion, fatal=getattr(exc, "fatal", False))
-        text = _render(value)
+        text = valid_text(_render(value))  # a tool's output is stored and printed: it must encode
         if not text.strip() and not t.empty_ok:
             return Observation(t.name, args, False, code=ErrorCode.EMPTY, message=f"{t.name} returned nothing")
         if len(text) <= t.max_chars:
