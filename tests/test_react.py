@@ -730,8 +730,9 @@ def test_a_resumed_step_with_other_arguments_is_a_new_call(tmp_path):
                                                   store=SQLiteStore(path), observer=killer), max_steps=3)
     store = SQLiteStore(path)
     run_id = store.runs()[0].run_id
-    # Roll the run back to before its first step, as if the kill had come between the effect and the step.
-    store.db.execute("DELETE FROM steps WHERE run_id = ? AND kind = 'react'", (run_id,))
+    # Roll the run back to before its first step, as if the kill had come between the effect and the step,
+    # and the model call too (a stored one is read back on resume, and would choose the same arguments).
+    store.db.execute("DELETE FROM steps WHERE run_id = ? AND kind IN ('react', 'model_call')", (run_id,))
     resumed = ScriptedModel([act("charge", amount=6), final("charged 6")])
     result = react("charge", [charge], resume=run_id, validator=accept,
                    session=Session(model=resumed, store=SQLiteStore(path)), max_steps=3)

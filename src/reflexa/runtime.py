@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +130,8 @@ class Run:
         self._tell_status = observer is not None and (reads is None or "status" in reads)
         self.budget_stop: StopReason | None = None
         self.resumed_steps: list[Step] = []
+        self._replay: deque[Step] = deque()
+        """A resumed run's stored steps after its last checkpoint, read back in order instead of redone."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         """Who holds this run's lease: a second process that tries to resume it meanwhile is refused."""
         self._renew_every = getattr(self.store, "lease_ttl", LEASE_TTL) / 4
@@ -170,9 +173,37 @@ class Run:
             self.observer("run", RunStarted(self.run_id, self.loop, self.task, self.model.name, time.time(),
                                             self.resumed))
 
+    def replay(self, steps: list[Step]) -> None:
+        """Read these stored steps back, in order, instead of redoing them: a resumed run's steps after its
+        last checkpoint. A model call among them is answered from the store (`call`), a step the loop would
+        write again is not written twice (`record`), and `stored` hands a loop what a step held (a verdict,
+        a search's passages). The first step that differs ends the replay: from there the run goes on anew."""
+        self._replay = deque(step for step in steps if step.kind not in ("stop", "checkpoint"))
+
+    def stored(self, kind: str) -> Payload | None:
+        """The next replayed step's payload when it is of `kind` (it stays to be matched by `record`)."""
+        if self._replay and self._replay[0].kind == kind:
+            return self._replay[0].payload()
+        return None
+
+    def _replayed(self, data: Payload) -> Step | None:
+        """The stored step `data` repeats, taken off the replay; None (and the replay ends) if it differs."""
+        if not self._replay:
+            return None
+        step = self._replay[0]
+        if step.kind == data.KIND and step.payload() == data:
+            self._replay.popleft()
+            if self.observer:
+                self.observer("step", step)
+            return step
+        self._replay.clear()
+        return None
+
     def record(self, data: Payload, role: Role | str | None = None, *, input: Any = None,
                usage: Usage | None = None, started_at: float | None = None) -> Step:
-        """Store one step, committed before this returns."""
+        """Store one step, committed before this returns (a step a resumed run replays is not stored twice)."""
+        if self._replay and (replayed := self._replayed(data)) is not None:
+            return replayed
         now = time.time()
         step = Step(self.run_id, self.next_step, data.KIND, str(role) if role else None, input, data,
                     usage or Usage(), started_at if started_at is not None else now, now)
@@ -201,6 +232,8 @@ class Run:
         which limit."""
 
         def once(msgs: list[Message], tokens: int = max_tokens) -> Completion | None:
+            if self._replay and (stored := self._stored_call(role, msgs, schema)) is not None:
+                return stored
             if (stop := self.meter.check()) is not None:
                 self.budget_stop = stop
                 return None
@@ -248,6 +281,23 @@ class Run:
         if first is None or first.value is not None:
             return first
         return structured.ask(lambda msgs: once(msgs), messages, first=first)
+
+    def _stored_call(self, role: Role, messages: list[Message], schema: Schema | None) -> Completion | None:
+        """A replayed model call's completion, when the next stored step is this very call (same role, same
+        messages); its tokens were counted when the run was reopened. Otherwise the replay ends."""
+        step = self._replay[0]
+        call = step.payload()
+        if (step.kind != ModelCall.KIND or step.role != str(role) or not isinstance(call, ModelCall) or call.failed
+                or (step.input or {}).get("messages") != messages):
+            self._replay.clear()
+            return None
+        self._replay.popleft()
+        if self.observer:
+            self.observer("step", step)
+        completion = Completion(call.text, usage=step.usage, finish_reason=call.finish_reason)
+        if schema is not None:
+            completion.value, completion.error = structured.parse(call.text, schema)
+        return completion
 
     def finish(self, stop_reason: StopReason, *, output: str | None, best: str | None,
                verdict: Verdict | None, iterations: int, error: str | None = None,

@@ -220,9 +220,13 @@ def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context
     s.attempts, s.recent = s.attempts + 1, [*s.recent[1 - RECENT:], candidate]
     run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
                started_at=attempt_at)
-    run.status("running checks")
     checked_at = time.time()  # the verdict step spans the checks: a trace (and a tracer) shows their time
-    verdict = run_checks(checks, candidate, check_context)
+    stored = run.stored(Checked.KIND)  # a resumed run reads a stored verdict back, never checks again
+    if isinstance(stored, Checked):
+        verdict = stored.verdict
+    else:
+        run.status("running checks")
+        verdict = run_checks(checks, candidate, check_context)
     run.record(Checked(verdict), Role.EVALUATOR, started_at=checked_at)
     return candidate, verdict
 

@@ -216,6 +216,9 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
             s: ResearchState) -> list[Evidence]:
     """One query, from the cache when fresh; a failure is recorded by name, never dropped."""
     started = time.time()
+    stored = run.stored(Searched.KIND)  # a resumed run reads a stored search back, never searches again
+    if isinstance(stored, Searched) and stored.query == query:
+        return _stored_search(run, stored, s, cache is not None)
     # A backend whose results depend on more than its name (a local corpus: its documents) says so.
     source = getattr(backend, "cache_key", backend.name)
     hits = cache.get(source, query) if cache else None
@@ -242,6 +245,16 @@ def _search(run: Run, backend: SearchBackend, query: str, cache: SearchCache | N
     run.record(Searched(query, "ok", False, [e.id for e in hits], passages=hits), Role.SEARCH, usage=Usage(calls=1),
                started_at=started)
     return hits
+
+
+def _stored_search(run: Run, stored: Searched, s: ResearchState, cached: bool) -> list[Evidence]:
+    """A search a resumed run replays: its passages (or its failure) as they were stored."""
+    if cached:
+        s.cache_hits, s.cache_misses = s.cache_hits + stored.cached, s.cache_misses + (not stored.cached)
+    if stored.status != "ok":
+        s.failed[stored.query] = stored.error or "failed"
+    run.record(stored, Role.SEARCH)
+    return list(stored.passages)
 
 
 def _revise(ep: Episode, s: ResearchState) -> bool:

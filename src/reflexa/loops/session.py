@@ -20,7 +20,7 @@ from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
 from ..runtime import Checkpoint, Observer, Run, Stop
 from ..trace.store import MemoryStore, RunRecord, Store
-from ..types import Budget, Result, Role, StopReason, Usage, Verdict
+from ..types import Budget, Result, StopReason, Usage, Verdict
 
 
 @dataclass(slots=True)
@@ -201,18 +201,17 @@ def _restored(run: Run, engine: Engine, fresh: S) -> S:
 
 
 def _checkpointed(run: Run, engine: Engine, fresh: S) -> S:
-    """The steps after the last checkpoint are redone, but a reflector call among them was paid for: it
-    still counts against the quota, so a run killed and resumed makes no more reflector calls than
-    max_reflections, as its tokens already count against the budget."""
-    paid = sum(step.kind == "model_call" and step.role == Role.REFLECTOR for step in run.resumed_steps)
-    state = fresh
-    for step in reversed(run.resumed_steps):
-        data = step.payload()
+    """The state of the last checkpoint; the steps after it are replayed (`Run.replay`): what they stored
+    is read back (a reflector call among them counts against the quota as it did), and only a call that
+    was in flight when the run stopped is made again."""
+    state, after = fresh, 0
+    for index in range(len(run.resumed_steps) - 1, -1, -1):
+        data = run.resumed_steps[index].payload()
         # A checkpoint of its own, or one a step carries in its own row (react's steps do).
         checkpoint = data if isinstance(data, Checkpoint) else getattr(data, "checkpoint", None)
         if isinstance(checkpoint, Checkpoint):
             engine.restore(checkpoint.engine)
-            state = type(fresh).from_dict(checkpoint.state)
+            state, after = type(fresh).from_dict(checkpoint.state), index + 1
             break
-    engine.counters.reflector_calls = max(engine.counters.reflector_calls, paid)
+    run.replay(run.resumed_steps[after:])
     return state
