@@ -150,8 +150,8 @@ def run_batch(tasks_path: Path, loop: str = "refine", *, store: str, model: str 
     model, reflector_model = _models(model, reflector_model)
     budget = {k: v for k, v in (budget or {}).items() if k in BUDGET and v is not None}
     tasks = read_tasks(tasks_path, loop, defaults=budget)
-    for spec in {model, reflector_model, *(t.spec.model for t in tasks)}:
-        _check_backend(spec)
+    for spec in {model, reflector_model, *(t.spec.model for t in tasks), *(t.spec.reflector_model for t in tasks)}:
+        _check_backend(spec or None)
     store = store if is_url(store) else str(Path(store).resolve())
     # The reflector is part of the batch's identity only when there is one: older batches keep their ids.
     options = {"model": model, "budget": budget, "experience": experience, "governor": governor,

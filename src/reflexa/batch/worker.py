@@ -160,7 +160,8 @@ def _run(config: BatchConfig, task: BatchTask, store: Store, observer: Any, resu
     from ..loops import Session
     from ..reflect import ExperienceLibrary, Governor
 
-    reflector = config.reflector_model
+    # A line's own reflector wins ('' is the task's model); else the batch's.
+    reflector = task.spec.reflector_model if task.spec.reflector_model is not None else config.reflector_model
     session = Session(model=worker_model(task.spec.model or config.model, config.connections), store=store,
                       observer=observer, experience=ExperienceLibrary(store) if config.experience else None,
                       governor=Governor(store) if config.governor else None,

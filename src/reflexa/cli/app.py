@@ -137,7 +137,8 @@ def show(
 
 @app.command("ui")
 def ui_cmd(
-    trace: TraceOpt = None,
+    trace: Annotated[str | None, typer.Option("--trace", metavar="FILE", show_default=False, help="The SQLite "
+                     "trace file to show. Default: $REFLEXA_TRACE, else trace.db in the user data folder.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but a loopback address shows "
                                       "every prompt and answer in the trace to the network, with no password.")
                     ] = "127.0.0.1",

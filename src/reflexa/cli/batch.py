@@ -67,7 +67,7 @@ def batch(
     model: ModelOpt = None,
     reflector_model: ReflectorOpt = None,
     connections: Annotated[int | None, option("N", "Model calls in flight at most per backend in one process "
-                                              "(default: --concurrency).", min=1)] = None,
+                                              "(default: no limit beyond --concurrency).", min=1)] = None,
     experience: Annotated[bool, option(None, "Tasks share the experience library (default on).",
                                        names=("--experience/--no-experience",))] = True,
     governor: Annotated[bool, option(None, "Let the ROI governor cut retries that do not pay.",

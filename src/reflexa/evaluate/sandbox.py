@@ -510,7 +510,10 @@ class Sandbox:
                       "ipc-namespace", "no-capabilities"]
         else:
             parts.append("orphan-reaper")
-        parts.append("pids-cgroup" if _cgroup_available() else "rlimit-nproc")
+        if _cgroup_available():
+            parts.append("pids-cgroup")
+        elif os.geteuid() != 0:  # RLIMIT_NPROC does not bind root (_preexec sets none for it)
+            parts.append("rlimit-nproc")
         parts.append(f"memory-per-process-rlimit:{self.limits.memory_mb}MiB")
         if _cgroup_parent("memory") is not None:
             parts.append(f"memory-per-tree-cgroup:{self.limits.tree_memory_mb}MiB")

@@ -141,10 +141,11 @@ class LocalModel(Model):
     `n_threads` defaults to `config.threads()`. Calls are serialised with a lock: one llama.cpp context
     cannot decode two prompts at once.
 
-    `cache_prompts` (default: `config.prompt_cache()`, on) lets llama.cpp skip the prompt prefix a call
-    shares with an earlier one: the state after each call is kept (PROMPT_CACHE_BYTES in all), so a
-    revision that continues the first attempt's conversation only evaluates what is new, even after a
-    reflector call in between. Off, every prompt is evaluated from its first token.
+    `cache_prompts` (default: `config.prompt_cache()`, off unless $REFLEXA_PROMPT_CACHE or reflexa.toml
+    turns it on) lets llama.cpp skip the prompt prefix a call shares with an earlier one: the state after
+    each call is kept (PROMPT_CACHE_BYTES in all), so a revision that continues the first attempt's
+    conversation only evaluates what is new, even after a reflector call in between. Off, every prompt is
+    evaluated from its first token.
 
     It streams: `on_token` sees each generated token's text as llama.cpp samples it (see `_watch`).
     """

@@ -99,6 +99,9 @@ class OpenAIModel(Model):
         except openai.OpenAIError as exc:
             raise ConfigError(str(exc), hint="set OPENAI_API_KEY, or give a server URL") from None
         self.base_url = str(self.client.base_url)
+        if profile and not model:  # only detecting the server's profile fills in a missing model name
+            raise ConfigError(f"{self.base_url}: a profile without a model name",
+                              hint="name the model after '#': openai:http://HOST:PORT/v1?profile=...#MODEL")
         self.model = model
         self._profile = PROFILES[profile] if profile else (PROFILES["openai"] if base_url is None else None)
         self.name = f"openai:{model or self.base_url}"
