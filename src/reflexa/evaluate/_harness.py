@@ -1,23 +1,25 @@
-"""The harness PytestCheck and PythonScriptCheck run inside the sandbox, as `python -I -c <this text>`.
+"""The harness PytestCheck and PythonScriptCheck run in the sandbox, as `python -I -c <_wire.py + this>`.
 
-It runs the tests in-process and reports their outcome as one JSON line on the sandbox's report channel
-(see sandbox.py), stamped with a nonce. The nonce's pipe is read and closed, the test sources read,
-hashed and compiled, before any untrusted code runs, so the code under test cannot learn the nonce from
-its environment, its arguments or its file descriptors: an early exit (`os._exit(0)`, `sys.exit(0)`), a
-forged exit status or a forged pytest summary leaves no valid report, and the check fails.
+    python -I -c HARNESS pytest TEST_FILE MODULE     the tests and the candidate in this one interpreter
+    python -I -c HARNESS judge TESTS_FILE            the tests here, the candidate in its own process
 
-The code under test runs in this process, so everything the report depends on is bound before it runs:
-the function that sends the report is a closure held in local variables (patching this module's globals
-through `import __main__`, or builtins such as `dict` or `len`, changes nothing the report uses). What it
-cannot stop: code that reads the harness's own memory (walks the interpreter's frames, or the garbage
-collector's referrers, up to it) could still forge a report. Against the common shortcuts it also records
-which test functions really returned (pytest's outcome alone can be rewritten by a plugin or a patch),
-checks that pytest's core functions are the ones it started with, and that the test file is unchanged.
+Either way it reports the outcome as one JSON line on the sandbox's report channel (a Unix socket, see
+sandbox.py), stamped with a nonce read, and its pipe closed, before anything else runs; this process is
+made undumpable, so no other process reads its memory.
+
+`judge`: the candidate runs in a process of its own (_serve.py) and the tests call it across the wire
+($REFLEXA_WIRE_FD): its functions and classes are bound here as handles, every call runs there, and every
+value comes back as plain data, so every comparison the tests make is made here, out of the candidate's
+reach, and the candidate never sees the test code.
+
+`pytest`: the tests import the candidate, so both share this interpreter. Everything the report depends on
+is bound before the candidate runs (the function that sends the report is a closure, so patching this
+module's globals through `import __main__`, or builtins, changes nothing it uses); an audit hook reports
+tampering the moment candidate code reaches for what only a forger needs (see `_guard`); it records which
+test functions really returned, checks that pytest's core functions are the ones it started with and that
+the test file is unchanged. What it cannot stop is listed in docs/checks.md.
 
 Standalone on purpose: it must not import reflexa (the sandboxed interpreter may see another copy).
-
-    python -I -c HARNESS pytest TEST_FILE
-    python -I -c HARNESS script CANDIDATE_FILE TESTS_FILE
 """
 # Broad excepts throughout, on purpose: whatever the code under test raises or breaks, the harness must
 # still reach a verdict (or leave no report, which fails the check). try/except rather than
@@ -31,6 +33,7 @@ import builtins
 import hashlib
 import json
 import os
+import re
 import reprlib
 import sys
 import traceback
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import CodeType, TracebackType
     from typing import Any, NoReturn
+
+    from ._wire import WireError, decode, encode, receive, send
 
     Finish = Callable[[dict[str, Any], int], NoReturn]
 
@@ -59,6 +64,11 @@ def _finisher(mode: str) -> Finish:
     os.set_inheritable(report_fd, False)
     stamp, write, dumps, leave, streams = nonce.decode(), _write, _dumps, _exit, (sys.stdout, sys.stderr)
 
+    def send(data: dict[str, Any]) -> None:
+        payload = (dumps({**data, "mode": mode, "nonce": stamp}, default=str) + "\n").encode()
+        while payload:
+            payload = payload[write(report_fd, payload):]
+
     def finish(data: dict[str, Any], code: int) -> NoReturn:
         """Send the report and leave at once: atexit hooks and threads of the code under test get no say."""
         for stream in streams:
@@ -66,11 +76,10 @@ def _finisher(mode: str) -> Finish:
                 stream.flush()
             except Exception:
                 pass
-        payload = (dumps({**data, "mode": mode, "nonce": stamp}, default=str) + "\n").encode()
-        while payload:
-            payload = payload[write(report_fd, payload):]
+        send(data)
         leave(code)
 
+    finish.tampered = lambda what: send({"tamper": what})  # type: ignore[attr-defined]
     return finish
 
 
@@ -178,7 +187,89 @@ def _sha256(path: str) -> str | None:
         return None
 
 
-def run_pytest(finish: Finish, test_file: str) -> NoReturn:
+_SUSPECT_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                             "sys.settrace", "sys.setprofile", "os.fork", "os.forkpty"})
+"""Audit events that code under test has no honest use for in a test run: walking the interpreter's objects
+or frames to reach the harness, tracing it, forking a copy of it."""
+_CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_PROC_FD = re.compile(r"^/(?:proc/[^/]+/(?:fd|fdinfo|mem|environ|task)|dev/fd)(?:/|$)")
+
+
+def _guard(finish: Finish, test_file: str) -> None:
+    """An audit hook (it cannot be removed) that reports tampering the moment code under test replaces a
+    function's code, walks the garbage collector, traces frames, forks, reads or calls through ctypes
+    (loading a library, as importing numpy does, is no tampering), or opens a process's descriptors or memory
+    through /proc: it writes a line on the report channel at once, so the report cannot come out clean
+    whatever the code does next. Code under test is any frame of a file in the scratch directory other than
+    the test file."""
+    scratch, tests = os.getcwd() + os.sep, os.path.abspath(test_file)
+    busy, tampered, getframe = [False], finish.tampered, sys._getframe  # type: ignore[attr-defined]
+
+    def by_candidate() -> bool:
+        frame: Any = getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(scratch) and name != tests:
+                return True
+            frame = frame.f_back
+        return False
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if busy[0]:
+            return
+        suspect = (event in _SUSPECT_EVENTS or (event.startswith("ctypes.") and event != "ctypes.dlopen")
+                   or (event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
+                   or (event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str)
+                       and bool(_PROC_FD.match(args[0]))))
+        if not suspect:
+            return
+        busy[0] = True
+        try:
+            if by_candidate():
+                tampered(f"the code under test used {event}" + (f" on {args[1]}" if event.startswith("object.")
+                                                                 else ""))
+        finally:
+            busy[0] = False
+
+    sys.addaudithook(hook)
+
+
+def _shield(module_name: str) -> None:
+    """Import the candidate's module before the tests do, and wrap each function it defines so that a value
+    of a subclass of a plain type (an int that says it equals everything, a Counter) reaches the tests as the
+    plain value it holds (_wire.encode's rule). An object of a class of the candidate's own still reaches them
+    as it is: in a shared interpreter it decides its own ==, as the tests wrote it to (a script check lets no
+    such object cross). A module that fails to import is left for pytest to report."""
+    import functools
+    import importlib
+    import types
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException:
+        return
+    finally:
+        sys.path.pop(0)
+    for name, value in list(vars(module).items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            setattr(module, name, functools.wraps(value)(_plain_results(value)))
+
+
+def _plain_results(function: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        value = function(*args, **kwargs)
+        try:
+            return decode(encode(value))
+        except Exception:  # no plain data: the object as it is
+            return value
+
+    return call
+
+
+def run_pytest(finish: Finish, test_file: str, module_name: str = "solution") -> NoReturn:
+    _guard(finish, test_file)
+    _shield(module_name)
     import pytest
 
     # Bound before the tests run: what checks their outcome must not be rebindable by the code under test.
@@ -284,55 +375,234 @@ def _where(tb: TracebackType | None, files: tuple[str, ...]) -> str:
     return _short(found or "")
 
 
-def run_script(finish: Finish, candidate_file: str, tests_file: str) -> NoReturn:
-    execute = _exec  # bound before the candidate runs: replacing the global must not skip the tests
-    with open(candidate_file, encoding="utf-8", errors="replace") as fh:
-        candidate = fh.read()
+# --- a script check's judge: the tests here, the candidate in its own process -------------------------------
+
+class CandidateExit(BaseException):  # noqa: N818 - named for what the candidate did
+    """The candidate's process exited (`code`: what it gave sys.exit), or went away (`code` None), while
+    the tests called it."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Remote:
+    """An object in the candidate's process (a function, a class, an instance), held by handle. Calling it
+    or reading an attribute asks the candidate's process; what comes back is plain data or another handle.
+    It equals no plain value: a candidate cannot pass a test by returning an object that says it does."""
+
+    def __init__(self, wire: Wire, data: dict[str, Any]) -> None:
+        object.__setattr__(self, "_wire", wire)
+        object.__setattr__(self, "_id", int(data["id"]))
+        object.__setattr__(self, "_type", str(data.get("type", "object")))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wire.call(self._id, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._wire.ask({"op": "getattr", "id": self._id, "name": name})
+
+    def __eq__(self, other: object) -> Any:
+        if not isinstance(other, Remote):
+            return NotImplemented  # a plain value never equals an object of the candidate's
+        return other._id == self._id or bool(self._wire.ask({"op": "eq", "id": self._id, "other": other._id}))
+
+    def __ne__(self, other: object) -> Any:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return int(self._wire.ask({"op": "hash", "id": self._id}))
+
+    def __len__(self) -> int:
+        return int(self._wire.ask({"op": "len", "id": self._id}))
+
+    def __bool__(self) -> bool:
+        return bool(self._wire.ask({"op": "bool", "id": self._id}))
+
+    def __iter__(self) -> Any:
+        return iter(self._wire.ask({"op": "list", "id": self._id}))
+
+    def __str__(self) -> str:
+        return str(self._wire.ask({"op": "str", "id": self._id}))
+
+    def __repr__(self) -> str:
+        try:
+            return str(self._wire.ask({"op": "repr", "id": self._id}))
+        except Exception:  # a repr that raises must not hide what the candidate returned
+            return f"<{self._type} instance>"
+
+
+class Wire:
+    """The judge's end of the wire to the candidate's process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def remote(self, data: dict[str, Any]) -> Remote:
+        return Remote(self, data)
+
+    def ask(self, request: dict[str, Any]) -> Any:
+        """Send a request; the candidate's answer as a value, or its exception raised here."""
+        return self._result(self._exchange(request))
+
+    def call(self, target: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call a function of the candidate's with plain data; a list, dict or set it changed is changed
+        here too, as an in-place function's caller expects."""
+        try:
+            sent = encode(list(args), self.reference)["v"]
+            named = {k: encode(v, self.reference) for k, v in kwargs.items()}
+        except WireError as exc:
+            raise TypeError(f"cannot pass that to the candidate's process: {exc}") from None
+        reply = self._exchange({"op": "call", "id": target, "args": sent, "kwargs": named})
+        value = self._result(reply)
+        for before, after in zip(args, reply.get("args") or [], strict=False):
+            _changed(before, decode(after, self.remote))
+        return value
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            send(self.fd, request)
+            reply = receive(self.fd)
+        except WireError as exc:
+            raise CandidateExit(f"the candidate's process ended before the tests finished ({exc})") from None
+        if type(reply) is not dict:
+            raise CandidateExit("the candidate's process answered garbage")
+        return reply
+
+    def _result(self, reply: dict[str, Any]) -> Any:
+        if "value" in reply:
+            try:
+                return decode(reply["value"], self.remote)
+            except (WireError, RecursionError, ValueError, TypeError) as exc:
+                raise CandidateError(f"WireError: the candidate's answer is no plain data ({exc})") from None
+        if "exit" in reply:
+            raise CandidateExit("the candidate called sys.exit", str(reply["exit"]))
+        raise _rebuilt(reply.get("raise") or {})
+
+    @staticmethod
+    def reference(obj: Any) -> dict[str, Any]:
+        if isinstance(obj, Remote):
+            return {"$": "handle", "id": obj._id}
+        raise WireError(f"a {type(obj).__name__} object is no plain data")
+
+
+def _changed(before: Any, after: Any) -> None:
+    """Carry a change the candidate made to an argument over to the judge's own object."""
+    if type(before) is list and type(after) is list:
+        before[:] = after
+    elif type(before) in (dict, set) and type(after) is type(before):
+        before.clear()
+        before.update(after)
+
+
+class CandidateError(Exception):
+    """An exception of the candidate's own (or a library's) type, as the tests see it."""
+
+
+def _rebuilt(error: dict[str, Any]) -> BaseException:
+    """The candidate's exception, raised here: of the same builtin type where it has one (so a test that
+    expects a ValueError gets one), else a CandidateError naming it. `where` is the candidate's line."""
+    name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+    cls = getattr(builtins, name, None) if error.get("module") == "builtins" else None
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)) or cls is CandidateExit:
+        cls, message = CandidateError, f"{name}: {message}"
+    try:
+        exc = cls(message)
+    except BaseException:
+        exc = CandidateError(f"{name}: {message}")
+    exc._reflexa_where = str(error.get("where", ""))  # type: ignore[attr-defined]
+    return exc
+
+
+def _opening(first: Any) -> dict[str, Any] | None:
+    """The report when the candidate's process failed before the tests could call it, else None."""
+    for key, ran in (("compile", False), ("crash", True)):
+        if type(first) is dict and type(first.get(key)) is dict:
+            error = first[key]
+            return {"finished": False, "stage": "candidate", "ran": ran, "error": error.get("type"),
+                    "message": error.get("message", ""), "where": error.get("where", "")}
+    if type(first) is dict and "exit" in first:
+        return {"finished": False, "stage": "candidate", "ran": True, "error": "SystemExit",
+                "message": _short(first["exit"]), "where": ""}
+    if type(first) is dict and type(first.get("names")) is dict:
+        return None
+    return {"finished": False, "stage": "candidate", "ran": True, "error": "WireError",
+            "message": "the candidate's process answered no list of what it defines"}
+
+
+def run_judge(finish: Finish, tests_file: str) -> NoReturn:
+    """Run the tests against the candidate's process on the wire ($REFLEXA_WIRE_FD): its names bound as
+    values and handles, every call answered there, every comparison made here."""
+    wire = Wire(int(os.environ.pop("REFLEXA_WIRE_FD")))
+    os.set_inheritable(wire.fd, False)
     with open(tests_file, encoding="utf-8", errors="replace") as fh:
         tests = fh.read()
-    stage = "candidate"
     try:
-        candidate_code = _compile(candidate, candidate_file, "exec", dont_inherit=True, optimize=0)
-        stage = "tests"
         tests_code = _compile_tests(tests, tests_file)
-    except BaseException as exc:  # a syntax error: nothing ran
-        traceback.print_exception(type(exc), exc, None)
-        finish({"finished": False, "stage": stage, "ran": False, "error": type(exc).__name__,
+        first = receive(wire.fd)
+    except WireError as exc:  # the candidate's process ended before it said what it defines (os._exit)
+        finish({"finished": False, "stage": "candidate", "ran": True, "error": "CandidateExit",
                 "message": _short(exc), "where": ""}, 1)
-    namespace = {"__name__": "__main__", "__file__": candidate_file, "__builtins__": builtins,
-                 "_reflexa_describe": _describe}
-    stage = "candidate"
+    except BaseException as exc:  # the tests do not compile
+        finish({"finished": False, "stage": "tests", "ran": False, "error": type(exc).__name__,
+                "message": _short(exc), "where": ""}, 1)
+    if (failed := _opening(first)) is not None:
+        finish(failed, 1)
     try:
-        execute(candidate_code, namespace)
-        stage = "tests"
-        execute(tests_code, namespace)
-    except BaseException as exc:  # SystemExit included: an exit before the tests end is no pass
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        try:
-            traceback.print_exception(type(exc), exc, tb)
-        except BaseException:
-            print(f"{type(exc).__name__}", file=sys.stderr)
-        try:
-            message = _short(exc)
-        except BaseException:
-            message = "<unprintable>"
-        try:  # a rewritten assert failed: its message names the value the candidate returned
-            got = isinstance(exc, AssertionError) and type(exc.args[0]) is _Described
-        except BaseException:
-            got = False
-        finish({"finished": False, "stage": stage, "ran": True, "error": type(exc).__name__,
-                "message": message, "got": got, "where": _where(tb, (candidate_file, tests_file))}, 1)
+        namespace = {str(name): decode(value, wire.remote) for name, value in first["names"].items()}
+    except Exception as exc:  # the candidate's process answered something that is no list of names
+        finish({"finished": False, "stage": "candidate", "ran": True, "error": "WireError",
+                "message": _short(f"the candidate's process answered no plain data: {exc}"), "where": ""}, 1)
+    namespace.update({"__name__": "__main__", "__file__": tests_file, "__builtins__": builtins,
+                      "_reflexa_describe": _describe})
+    try:
+        _exec(tests_code, namespace)
+    except BaseException as exc:
+        finish(_failed_tests(exc, tests_file), 1)
     finish({"finished": True}, 0)
+
+
+def _failed_tests(exc: BaseException, tests_file: str) -> dict[str, Any]:
+    """The report of tests that raised: where, and whether a rewritten assert named the value it got."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+    try:
+        traceback.print_exception(type(exc), exc, tb)
+    except BaseException:
+        print(f"{type(exc).__name__}", file=sys.stderr)
+    error, message = type(exc).__name__, _short(exc)
+    if isinstance(exc, CandidateExit):
+        error, message = ("SystemExit", exc.code) if exc.code is not None else ("CandidateExit", message)
+    elif isinstance(exc, CandidateError):  # the candidate's own exception type, named as it is
+        error, _, message = message.partition(": ")
+    where = getattr(exc, "_reflexa_where", "") or _where(tb, (tests_file,))
+    got = isinstance(exc, AssertionError) and bool(exc.args) and type(exc.args[0]) is _Described
+    return {"finished": False, "stage": "tests", "ran": True, "error": error, "message": message,
+            "got": got, "where": where}
+
+
+def _undumpable() -> None:
+    """No other process of the sandbox (a fork of the code under test, or the candidate's own process) may
+    read or write this one's memory through /proc/PID/mem or ptrace: that takes a capability they lack."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception:
+        pass  # not Linux: the namespaces and the wire still keep the candidate out
 
 
 def main() -> None:
     mode, *paths = sys.argv[1:]
+    _undumpable()
     finish = _finisher(mode)
     sys.argv = [paths[0]] if paths else ["harness"]
     if mode == "pytest":
         run_pytest(finish, *paths)
     else:
-        run_script(finish, *paths)
+        run_judge(finish, *paths)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ import importlib.util
 import os
 import re
 import shlex
+import socket
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeGuard
@@ -22,6 +24,9 @@ from ..errors import ConfigError
 from ..structured import Message, Text300, json_document
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, fence_untrusted
 from .sandbox import ExecResult, Limits, Sandbox
+
+WIRE_ENV = "REFLEXA_WIRE_FD"
+"""The environment variable naming the wire's descriptor in a script check's judge and candidate processes."""
 
 EVIDENCE_CHARS = 1500
 """Output kept as a signal's evidence: the tail, where test runners put their summary."""
@@ -238,12 +243,12 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
         return Signal(source, True, message="passed", evidence=evidence, score=1.0)
     error, stage = str(report.get("error", "error")), str(report.get("stage", "candidate"))
     message, where = str(report.get("message", "")), str(report.get("where", ""))
-    if error in ("SystemExit", "KeyboardInterrupt"):
-        what = f"sys.exit({message})" if error == "SystemExit" else error
+    if error in ("SystemExit", "KeyboardInterrupt", "CandidateExit"):
         when = ("at import, before the tests ran" if stage == "candidate"
                 else "while the tests ran, before they finished")
-        return Signal(source, False, ErrorCode.NO_TEST_REPORT, cap(f"the code called {what} {when}", 300),
-                      evidence, score=0.0)
+        what = {"SystemExit": f"the code called sys.exit({message})", "KeyboardInterrupt": "the code raised "
+                "KeyboardInterrupt"}.get(error, "the candidate's process ended")
+        return Signal(source, False, ErrorCode.NO_TEST_REPORT, cap(f"{what} {when}", 300), evidence, score=0.0)
     if error == "MemoryError":
         return Signal(source, False, ErrorCode.RESOURCE_LIMIT, "hit a resource limit (MemoryError)", evidence,
                       score=0.0)
@@ -270,8 +275,11 @@ def _crash_score(output: str) -> float | None:
 
 
 @functools.cache
-def _harness_source() -> str:
-    return (Path(__file__).parent / "_harness.py").read_text()
+def _source(name: str) -> str:
+    """A standalone part's source after the wire's (_wire.py), as `python -c` runs it in a sandbox."""
+    here = Path(__file__).parent
+    own = (here / name).read_text().replace("from __future__ import annotations\n", "", 1)
+    return (here / "_wire.py").read_text() + "\n" + own
 
 
 def _test_names(source: str) -> frozenset[str] | None:
@@ -330,17 +338,24 @@ class PytestCheck:
                               hint="pytest collects test_* functions and the test_* methods of Test* classes")
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        argv = [sys.executable, "-I", "-c", _harness_source(), "pytest", self.tests.name]
+        argv = [sys.executable, "-I", "-c", _source("_harness.py"), "pytest", self.tests.name, self.module]
         files = {f"{self.module}.py": candidate, self.tests.name: self.test_source}
         result = self.sandbox.run(argv, files=files, report=True)
         return signal_from_report(self.name, result, self.sandbox.limits, expected_tests=self._expected)
 
 
-class PythonScriptCheck:
-    """Runs the candidate, then test code (e.g. HumanEval's `check(...)`), in one interpreter.
+JUDGE_GRACE = 5.0
+"""Seconds a script check's judge outlives the candidate's timeout: time to report a candidate that was killed."""
 
-    Passes only when the harness saw the test code run to its end. A failing `assert f(x) == y` names
-    the value the candidate returned: `assert f(2) == 4 failed: got 5`."""
+
+class PythonScriptCheck:
+    """Runs test code (asserts, or HumanEval's `check(...)`) against the candidate, each in a process of its
+    own (_harness.py's judge, _serve.py): the candidate's functions are called across a wire and their results
+    come back as plain data, compared where the tests run. Nothing the candidate does in its own process (its
+    threads, its forks, rewriting its own memory) reaches the tests, their comparisons or the report, and the
+    test code is not in the candidate's sandbox to be read. Passes only when the judge saw the test code run
+    to its end. A failing `assert f(x) == y` names the value the candidate returned: `assert f(2) == 4
+    failed: got 5`."""
 
     subjective = False
 
@@ -350,9 +365,20 @@ class PythonScriptCheck:
         self.sandbox = sandbox or Sandbox()
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        argv = [sys.executable, "-I", "-c", _harness_source(), "script", "candidate.py", "tests.py"]
-        result = self.sandbox.run(argv, files={"candidate.py": candidate, "tests.py": self.test_code}, report=True)
-        return signal_from_report(self.name, result, self.sandbox.limits)
+        judge_end, candidate_end = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+        limits = self.sandbox.limits
+        with ThreadPoolExecutor(1, thread_name_prefix="reflexa-candidate") as pool:
+            served = pool.submit(self.sandbox.run, [sys.executable, "-I", "-c", _source("_serve.py"), "candidate.py"],
+                                 files={"candidate.py": candidate}, wires={WIRE_ENV: candidate_end})
+            judged = self.sandbox.run([sys.executable, "-I", "-c", _source("_harness.py"), "judge", "tests.py"],
+                                      files={"tests.py": self.test_code}, wires={WIRE_ENV: judge_end}, report=True,
+                                      limits=dataclasses.replace(limits, timeout=limits.timeout + JUDGE_GRACE))
+            server = served.result()
+        output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
+        signal = _limit_signal(self.name, server, limits, output) or _limit_signal(self.name, judged, limits, output)
+        if signal is None and judged.report is None:
+            signal = _no_report(self.name, judged, output)
+        return _redacted(signal or _script_signal(self.name, judged.report or {}, output))
 
 
 class CommandCheck:

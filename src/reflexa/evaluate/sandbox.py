@@ -25,10 +25,13 @@ network protections are missing, and a process that detached from the run (setsi
 orphan reaper (_reaper.py), which a program that kills the reaper first escapes; `isolation` then says so
 and callers can refuse to run.
 
-A harness that must report an outcome the code under test cannot fake asks for a report channel
-(`run(..., report=True)`): the sandbox hands the child a random nonce through a pipe that the harness
-reads and closes before it runs any untrusted code, and accepts a JSON line on a second pipe only when
-it carries that nonce.
+A harness that must report an outcome asks for a report channel (`run(..., report=True)`): the sandbox
+hands the child a random nonce through a pipe that the harness reads and closes before it runs anything
+else, and a Unix socket to write its report on (a socket, unlike a pipe, cannot be reopened through
+/proc/self/fd). It accepts the report only when the channel carried exactly one line, that line carries
+the nonce, and the process exited on its own: a second line (someone else wrote to the channel) marks the
+report tampered, and a harness that was killed has no report. `run(..., wires=...)` hands the child other
+descriptors (a script check's judge and candidate talk on one), which it owns from then on.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -60,8 +64,8 @@ from ..errors import SandboxError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 REPORT_FDS_ENV = "REFLEXA_REPORT_FDS"
-"""Environment variable naming the harness's two pipe fds: `<nonce fd>,<report fd>`. The numbers are no
-secret; the nonce that comes through the first pipe is."""
+"""Environment variable naming the harness's two fds: `<nonce pipe>,<report socket>`. The numbers are no
+secret; the nonce that comes through the pipe is."""
 REPORT_BYTES = 256 * 1024
 """Report channel bytes kept; a child that floods the channel only loses its own report."""
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
@@ -464,19 +468,42 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _verified_report(raw: bytes, nonce: str) -> dict[str, Any] | None:
-    """The first line of the channel that is a JSON object carrying the nonce; anything else is noise
-    the code under test may have written."""
-    for line in raw.splitlines():
-        if nonce.encode() not in line or len(line) > REPORT_BYTES:
-            continue
-        try:
-            data = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(data, dict) and secrets.compare_digest(str(data.get("nonce", "")), nonce):
-            return data
-    return None
+def _verified_report(raw: bytes, nonce: str, exited: bool) -> dict[str, Any] | None:
+    """The harness's report: the line of the channel that is a JSON object carrying the nonce, once the
+    process exited on its own (not killed). Tamper notes the harness's guard wrote are added to it; a second
+    report, or any line without the nonce, means something besides the harness wrote to the channel, and
+    marks the report tampered too."""
+    lines = [line for line in raw.splitlines() if line.strip()]
+    reports, notes, strangers = [], [], 0
+    for line in lines:
+        data = _stamped(line, nonce)
+        if data is None:
+            strangers += 1
+        elif "tamper" in data:
+            notes.append(str(data["tamper"])[:300])
+        else:
+            reports.append(data)
+    if not reports or not exited:
+        return None
+    found, notes = reports[0], list(dict.fromkeys(notes))[:5]  # a hook in a loop writes the same note often
+    if strangers or len(reports) > 1:
+        notes.append(f"the report channel carried {len(reports)} report(s) and {strangers} other line(s): "
+                     "something besides the harness wrote to it")
+    if notes:
+        found = {**found, "tampered": [*[str(t) for t in found.get("tampered") or []], *notes]}
+    return found
+
+
+def _stamped(line: bytes, nonce: str) -> dict[str, Any] | None:
+    """A channel line as JSON, when it is an object that carries this run's nonce."""
+    if nonce.encode() not in line or len(line) > REPORT_BYTES:
+        return None
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    ok = isinstance(data, dict) and secrets.compare_digest(str(data.get("nonce", "")), nonce)
+    return data if ok else None
 
 
 _LIVE: set[int] = set()
@@ -528,9 +555,12 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
         report: bool = False,
+        wires: Mapping[str, int] | None = None,
     ) -> ExecResult:
         """Run argv in a fresh scratch directory holding `files` (and a copy of `copy_from`, see
-        `copy_tree`). With `report`, the child gets a report channel (module docstring)."""
+        `copy_tree`). With `report`, the child gets a report channel (module docstring). `wires` maps an
+        environment variable to a descriptor the child inherits under that name; they are closed here
+        once the child has them (or could not start)."""
         limits = limits or self.limits
         scratch = Path(os.path.realpath(tempfile.mkdtemp(prefix="reflexa-sandbox-")))
         try:
@@ -547,20 +577,18 @@ class Sandbox:
                 # A model's text may hold a lone surrogate, which UTF-8 cannot encode: "?" in its place,
                 # so the check judges the code rather than the write failing the run.
                 target.write_text(content, encoding="utf-8", errors="replace")
-            return self._execute(argv, scratch, env or {}, limits, report)
+            return self._execute(argv, scratch, env or {}, limits, _Handed(report, wires or {}))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _execute(self, argv: list[str], scratch: Path, extra_env: Mapping[str, str], limits: Limits,
-                 report: bool) -> ExecResult:
+                 channel: _Handed) -> ExecResult:
         command, namespaced = _command(argv, scratch)
-        env = _environment(scratch, extra_env)
-        channel = _ReportChannel(env) if report else None
+        env = {**_environment(scratch, extra_env), **channel.env}
         try:
             cgroups = _Cgroups(limits) if _cgroup_parent("pids") or _cgroup_parent("memory") else None
         except OSError as exc:
-            if channel:
-                channel.close()
+            channel.close()
             raise SandboxError(f"cannot create the run's cgroups: {exc}") from None
         started = time.monotonic()
         proc = _start(command, argv[0], scratch, env, channel, cgroups, _preexec(limits, cgroups))
@@ -577,7 +605,8 @@ class Sandbox:
             returncode=None if timed_out else code, stdout=out, stderr=err, timed_out=timed_out,
             duration=time.monotonic() - started, killed_by=killed_by, isolation=self.isolation,
             memory_exceeded=bool(cgroups and cgroups.oom),
-            report=_verified_report(raw, channel.nonce) if channel else None,
+            report=_verified_report(raw, channel.nonce, killed_by is None and not timed_out) if channel.nonce
+            else None,
         )
 
 
@@ -597,23 +626,30 @@ def _environment(scratch: Path, extra_env: Mapping[str, str]) -> dict[str, str]:
             "TMPDIR": str(scratch), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", **extra_env}
 
 
-class _ReportChannel:
-    """The harness's report channel: a nonce it must echo, read from one pipe, and the pipe it writes its
-    report to; the run's environment names both descriptors."""
+class _Handed:
+    """The descriptors a child gets besides its stdio, and the environment that names them: the report
+    channel when asked for (a nonce it must echo, read from a pipe, and a socket it writes its report to)
+    and any wires. The parent's copies of the child's ends are closed once the child has its own."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.nonce = secrets.token_hex(16)
-        nonce_read, nonce_write = os.pipe()
-        os.write(nonce_write, self.nonce.encode())
-        os.close(nonce_write)
-        self.read_fd, report_write = os.pipe()
-        self.child_fds: tuple[int, ...] = (nonce_read, report_write)
-        env[REPORT_FDS_ENV] = f"{nonce_read},{report_write}"
+    def __init__(self, report: bool, wires: Mapping[str, int]) -> None:
+        self.env = {name: str(fd) for name, fd in wires.items()}
+        self.child_fds: tuple[int, ...] = tuple(wires.values())
+        self.nonce, self.read_fd = "", -1
+        if report:
+            self.nonce = secrets.token_hex(16)
+            nonce_read, nonce_write = os.pipe()
+            os.write(nonce_write, self.nonce.encode())
+            os.close(nonce_write)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.read_fd, report_write = ours.detach(), theirs.detach()
+            self.child_fds += (nonce_read, report_write)
+            self.env[REPORT_FDS_ENV] = f"{nonce_read},{report_write}"
 
     def close_child_ends(self) -> None:
         """The parent's copies of the child's ends: kept open, they would keep the channel open."""
         for fd in self.child_fds:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self.child_fds = ()
 
     def close(self) -> None:
@@ -648,23 +684,21 @@ def _preexec(limits: Limits, cgroups: _Cgroups | None) -> Callable[[], None]:
     return preexec
 
 
-def _start(command: list[str], name: str, scratch: Path, env: dict[str, str], channel: _ReportChannel | None,
+def _start(command: list[str], name: str, scratch: Path, env: dict[str, str], channel: _Handed,
            cgroups: _Cgroups | None, preexec: Callable[[], None]) -> subprocess.Popen[bytes]:
     """The sandboxed process, started and registered for stop_all."""
     try:
         proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL,
-                                pass_fds=channel.child_fds if channel else (), stdout=subprocess.PIPE,
+                                pass_fds=channel.child_fds, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, preexec_fn=preexec)
     except BaseException as exc:  # a Ctrl-C landing here too: the cgroups and the pipe are not left behind
         if cgroups:
             cgroups.sweep()
-        if channel:
-            channel.close()
+        channel.close()
         if isinstance(exc, (OSError, subprocess.SubprocessError)):  # the latter: a limit not set
             raise SandboxError(f"cannot start {name}: {exc}") from None
         raise
-    if channel:
-        channel.close_child_ends()  # the child holds its copies
+    channel.close_child_ends()  # the child holds its copies
     with _LIVE_LOCK:
         _LIVE.add(proc.pid)
     return proc
@@ -673,13 +707,13 @@ def _start(command: list[str], name: str, scratch: Path, env: dict[str, str], ch
 class _Captured:
     """The process's stdout, stderr and report channel, each read to its cap by a thread of its own."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], limits: Limits, channel: _ReportChannel | None) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], limits: Limits, channel: _Handed) -> None:
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         self.channel: list[bytes] = []
         self.streams: list[tuple[Any, int, list[bytes]]] = [(proc.stdout, limits.output_chars, self.out),
                                                              (proc.stderr, limits.output_chars, self.err)]
-        if channel:
+        if channel.read_fd >= 0:
             self.streams.append((os.fdopen(channel.read_fd, "rb", buffering=0), REPORT_BYTES, self.channel))
             channel.read_fd = -1  # the stream owns it now
         self.readers = [threading.Thread(target=_reader, args=s, daemon=True) for s in self.streams]

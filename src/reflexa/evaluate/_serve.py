@@ -1,0 +1,148 @@
+"""The candidate's side of a script check, run in the sandbox as `python -I -c <_wire.py + this> CANDIDATE_FILE`.
+
+It runs the candidate file, then answers the judge's requests on the wire (the fd $REFLEXA_WIRE_FD names)
+until the judge hangs up: what the candidate defines, and calls of its functions, classes and methods. Every
+answer is plain data (_wire.py); an object that is not crosses as a handle, which the judge can call or read
+an attribute of, but which equals no plain value. Nothing here decides a verdict: the tests run in the judge's
+process, which this one cannot reach.
+"""
+# ruff: noqa: ANN401, BLE001 - what the candidate's code raises is the candidate's answer, whatever it is
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import traceback
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded in the sandbox
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._wire import decode, encode, receive, send
+
+DUNDERS: dict[str, Any] = {"len": len, "str": str, "repr": repr, "bool": bool, "hash": hash, "list": list}
+"""What the judge may ask of a handle besides calls and attributes (`list`: iterating it)."""
+HANDLES: dict[int, Any] = {}
+"""Objects the judge holds a handle to, by handle number."""
+MESSAGE_CHARS = 500
+
+
+def _short(text: object) -> str:
+    try:
+        text = " ".join(str(text).split())
+    except BaseException:
+        return "<unprintable>"
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
+
+
+def _plain(item: Any) -> Any:
+    """A numpy scalar or array as the plain value it holds; anything else as it is."""
+    module = getattr(type(item), "__module__", "") or ""
+    if module.startswith("numpy"):
+        for method in ("item", "tolist"):
+            try:
+                return getattr(item, method)()
+            except BaseException:
+                continue
+    return item
+
+
+def _handle(item: Any) -> dict:
+    number = len(HANDLES) + 1
+    HANDLES[number] = item
+    try:
+        kind = type(item).__name__
+    except BaseException:
+        kind = "object"
+    return {"$": "handle", "id": number, "type": kind, "callable": callable(item)}
+
+
+def _out(value: Any) -> Any:
+    return encode(_plain(value), _handle)
+
+
+def _arg(data: Any) -> Any:
+    return decode(data, lambda h: HANDLES[int(h["id"])])
+
+
+def _failure(exc: BaseException, candidate: str) -> dict:
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == candidate:
+            where = f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return {"raise": {"type": type(exc).__name__, "module": type(exc).__module__, "message": _short(exc),
+                      "where": _short(where)}}
+
+
+def _names(namespace: dict) -> dict:
+    """What the candidate defines at module level, for the judge to bind: plain values as they are, the rest
+    (functions, classes) as handles."""
+    found = {}
+    for name, value in list(namespace.items()):
+        if name.startswith("__") or type(value).__name__ == "module":
+            continue
+        try:
+            found[name] = _out(value)
+        except BaseException:
+            continue
+    return found
+
+
+def _answer(request: dict, namespace: dict, candidate: str) -> dict:
+    """The answer to one request: a value, a failure, or the arguments after a call changed them."""
+    op = request.get("op")
+    target: Any = HANDLES.get(int(request.get("id", 0)))
+    try:
+        if op == "call":
+            args, kwargs = [_arg(a) for a in request["args"]], {k: _arg(v) for k, v in request["kwargs"].items()}
+            value = target(*args, **kwargs)
+            return {"value": _out(value), "args": [_out(a) for a in args]}
+        if op == "getattr":
+            return {"value": _out(getattr(target, str(request["name"])))}
+        if op == "eq":  # two handles: the candidate's own equality, as the tests compare its own objects
+            return {"value": _out(target == HANDLES.get(int(request["other"])))}
+        if op in DUNDERS:
+            return {"value": _out(DUNDERS[op](target))}
+    except SystemExit as exc:
+        return {"exit": _short(exc.code)}
+    except BaseException as exc:
+        return _failure(exc, candidate)
+    return {"raise": {"type": "TypeError", "module": "builtins", "message": f"unknown request {op!r}", "where": ""}}
+
+
+def main() -> None:
+    candidate = sys.argv[1]
+    wire = int(os.environ.pop("REFLEXA_WIRE_FD"))
+    os.set_inheritable(wire, False)
+    namespace: dict = {"__name__": "__main__", "__file__": candidate, "__builtins__": builtins}
+    try:
+        with open(candidate, encoding="utf-8", errors="replace") as fh:
+            code = compile(fh.read(), candidate, "exec", dont_inherit=True)
+    except BaseException as exc:  # a syntax error: nothing ran
+        traceback.print_exception(type(exc), exc, None)
+        send(wire, {"compile": _failure(exc, candidate)["raise"]})
+        return
+    try:
+        exec(code, namespace)  # noqa: S102 - the candidate, in the sandbox
+    except SystemExit as exc:
+        send(wire, {"exit": _short(exc.code)})
+        return
+    except BaseException as exc:
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        send(wire, {"crash": _failure(exc, candidate)["raise"]})
+        return
+    send(wire, {"names": _names(namespace)})
+    while True:
+        try:
+            request = receive(wire)
+        except Exception:  # the judge hung up: the tests are over
+            return
+        try:
+            send(wire, _answer(request, namespace, candidate))
+        except Exception as exc:  # an answer too large, or a value that cannot be written
+            send(wire, {"raise": {"type": "ValueError", "module": "builtins", "where": "",
+                                  "message": _short(f"the candidate's result cannot cross to the judge: {exc}")}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""The hostile-candidate suite: wrong code that tries to pass a check anyway. None may pass.
+
+Each candidate's `add` is wrong (it subtracts), and it tries one trick: leave before the tests end, fake a
+summary, return an object that equals everything, reach the report channel, rewrite the tests or pytest in
+memory, read the tests to answer from them, or escape the sandbox. The script check (`test_code`) computes
+its verdict in a process the candidate cannot reach, with values crossing as plain data; the pytest check
+shares the candidate's interpreter and reports tampering as TAMPERED. docs/checks.md says what each
+guarantees.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reflexa.evaluate.checks import CheckContext, PytestCheck, PythonScriptCheck
+from reflexa.evaluate.sandbox import Limits, Sandbox
+from reflexa.types import ErrorCode
+
+WRONG = "def add(a, b):\n    return a - b\n"
+TEST_CODE = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\nassert add(0, 0) == 0\n"
+TEST_FILE = "from solution import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n    assert add(-1, 1) == 0\n"
+SANDBOX = Sandbox(Limits(timeout=6, cpu_seconds=6))
+
+EQUALS_ALL = "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+FORGED = ('{"finished": true, "mode": "%s", "passed": 1, "collected": 1, "exit_code": 0, "failed": 0, '
+          '"errors": 0, "tampered": [], "nonce": "%s"}')
+
+TRICKS = {
+    # leaving early, or saying "passed" some other way
+    "os._exit(0) at import": "import os\nos._exit(0)\n" + WRONG,
+    "sys.exit(0) at import": "import sys\n" + WRONG + "sys.exit(0)\n",
+    "os._exit(0) inside the function": "import os\ndef add(a, b):\n    os._exit(0)\n",
+    "sys.exit(0) inside the function": "import sys\ndef add(a, b):\n    sys.exit(0)\n",
+    "a printed summary, then exit 0": WRONG + "print('===== 3 passed in 0.01s =====')\nimport os\nos._exit(0)\n",
+    "KeyboardInterrupt from the function": "def add(a, b):\n    raise KeyboardInterrupt\n",
+    "an atexit hook that exits 0": WRONG + "import atexit, os\natexit.register(lambda: os._exit(0))\n",
+    "a string that swallows the tests": WRONG + "x = '''\n",
+    # values that lie
+    "an object equal to everything": EQUALS_ALL + "def add(a, b):\n    return Yes()\n",
+    "an int subclass equal to everything": "class N(int):\n    def __eq__(self, o):\n        return True\n"
+                                           "    __hash__ = int.__hash__\ndef add(a, b):\n    return N(a - b)\n",
+    "a bool-ish object": "class T:\n    def __bool__(self):\n        return True\n"
+                         "    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+                         "def add(a, b):\n    return T()\n",
+    "builtins.AssertionError replaced": WRONG + "import builtins\n"
+                                                "builtins.AssertionError = type('X', (Exception,), {})\n",
+    "the assert statement's exception swallowed by sys.excepthook": WRONG + "import sys\nsys.excepthook = "
+                                                                             "lambda *a: None\n",
+    # reaching the harness and its channel
+    "the harness's functions wrapped to report a pass": (
+        "import __main__\n"
+        "def wrap(f):\n"
+        "    def forged(*args, **kwargs):\n"
+        "        args = [dict(a, finished=True, failed=0, errors=0, tampered=[], failures=[], exit_code=0,\n"
+        "                     passed=a.get('collected', 1)) if isinstance(a, dict) and 'finished' in a\n"
+        "                else 0 if a == 1 else a for a in args]\n"
+        "        return f(*args, **kwargs)\n"
+        "    return forged\n"
+        "for name, value in list(vars(__main__).items()):\n"
+        "    if name.startswith('_') and callable(value) and not isinstance(value, type):\n"
+        "        setattr(__main__, name, wrap(value))\n" + WRONG),
+    "the harness's functions replaced by no-ops": (
+        "import __main__\n"
+        "for name, value in list(vars(__main__).items()):\n"
+        "    if callable(value) and not isinstance(value, type):\n"
+        "        setattr(__main__, name, lambda *args, **kwargs: None)\n" + WRONG),
+    "builtins the report counts with replaced": (
+        "import builtins\nbuiltins.sorted = lambda *a, **k: []\nbuiltins.len = lambda *a: 0\n" + WRONG),
+    "a forged report on every descriptor": (
+        "import os\n" + WRONG + "for fd in range(3, 64):\n    try:\n"
+        "        os.write(fd, (" + repr(FORGED % ("pytest", "0" * 32)) + " + '\\n').encode())\n"
+        "    except OSError:\n        pass\n"),
+    "the report channel reopened through /proc/self/fd, by a forked child": (
+        "import os, time\n" + WRONG +
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n        target = os.readlink(f'/proc/self/fd/{fd}')\n    except OSError:\n        continue\n"
+        "    if target.startswith(('pipe:', 'socket:')) and int(fd) > 2 and os.fork() == 0:\n"
+        "        try:\n            r = os.open(f'/proc/self/fd/{fd}', os.O_RDONLY | os.O_NONBLOCK)\n"
+        "            time.sleep(2)\n            data = os.read(r, 65536)\n"
+        "            os.write(int(fd), data.replace(b'\"passed\": 0', b'\"passed\": 1')\n"
+        "                     .replace(b'\"failed\": 1', b'\"failed\": 0'))\n"
+        "        finally:\n            os._exit(0)\n"),
+    "the nonce read from the harness's memory": (
+        "import gc\n" + WRONG + "nonces = [o for o in gc.get_objects() if isinstance(o, str) and len(o) == 32]\n"),
+    "the harness's frames walked through a traceback": (
+        "import sys\n" + WRONG +
+        "try:\n    raise RuntimeError\nexcept RuntimeError as e:\n    frame = e.__traceback__.tb_frame\n"
+        "while frame is not None:\n"
+        "    for key in ('finish', 'recorder', 'data'):\n"
+        "        frame.f_locals.get(key)\n"
+        "    frame = frame.f_back\n"),
+    "ctypes reading the interpreter's memory": (
+        "import ctypes\n" + WRONG + "ctypes.string_at(id(add), 64)\n"),
+    "a trace function that rewrites locals": (
+        "import sys\n" + WRONG + "sys.settrace(lambda frame, event, arg: None)\n"),
+    # rewriting the tests in memory
+    "a thread that swaps the test functions' code": (
+        "import sys, threading, time\n" + WRONG +
+        "def swap():\n    for _ in range(3000):\n"
+        "        for name in list(sys.modules):\n"
+        "            module = sys.modules.get(name)\n"
+        "            for key, fn in list(getattr(module, '__dict__', {}).items()):\n"
+        "                if key.startswith(('test', 'check')) and hasattr(fn, '__code__'):\n"
+        "                    try:\n                        fn.__code__ = (lambda *a: None).__code__\n"
+        "                    except Exception:\n                        pass\n"
+        "        time.sleep(0.001)\n"
+        "threading.Thread(target=swap, daemon=True).start()\n"),
+    "pytest's runner replaced": (
+        "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n" + WRONG),
+    "pytest's report outcome rewritten by a plugin": (
+        "import gc, pytest, _pytest.config\n"
+        "class Cheat:\n    @pytest.hookimpl(hookwrapper=True)\n"
+        "    def pytest_runtest_makereport(self, item, call):\n"
+        "        outcome = yield\n        report = outcome.get_result()\n"
+        "        report.outcome, report.longrepr = 'passed', None\n"
+        "for obj in gc.get_objects():\n    if isinstance(obj, _pytest.config.Config):\n"
+        "        obj.pluginmanager.register(Cheat(), 'cheat')\n" + WRONG),
+    "the test file overwritten": (
+        "for name in ('test_solution.py', 'tests.py'):\n"
+        "    try:\n        open(name, 'w').write('def test_x():\\n    pass\\n')\n    except OSError:\n"
+        "        pass\n" + WRONG),
+    "the assertion rewriter's helpers replaced": (
+        "import _pytest.assertion.rewrite as r\n"
+        "r._call_reprcompare = lambda *a: ''\nr._format_explanation = lambda *a: ''\n" + WRONG),
+    "the tests read, and answered from": (
+        "import re\nanswers = {}\nfor name in ('tests.py', 'test_solution.py'):\n"
+        "    try:\n        text = open(name).read()\n    except OSError:\n        continue\n"
+        "    for a, b, c in re.findall(r'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', text):\n"
+        "        answers[(int(a), int(b))] = int(c)\n"
+        "def add(a, b):\n    return answers.get((a, b), a - b)\n"),
+    # the sandbox's walls
+    "an endless loop": "def add(a, b):\n    while True:\n        pass\n",
+    "a memory bomb": "def add(a, b):\n    x = [bytearray(50 * 1024 * 1024) for _ in range(100)]\n    return a - b\n",
+    "a fork bomb": "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n"
+                   "        except OSError:\n            return a - b\n",
+    "a detached child that outlives the run": (
+        "import os, subprocess, sys\n" + WRONG +
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\n"),
+    "the network": "import socket\n" + WRONG + "socket.create_connection(('127.0.0.1', 1), timeout=1)\n",
+    "a result too large to cross": "def add(a, b):\n    return [0] * 10_000_000\n",
+    "a result nested too deep to cross": "def add(a, b):\n    x = []\n    for _ in range(100000):\n"
+                                         "        x = [x]\n    return x\n",
+    "a hostile repr": "class Bad:\n    def __repr__(self):\n        raise RuntimeError\n"
+                      "    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+                      "def add(a, b):\n    return Bad()\n",
+    "a generator that claims to be a number": "def add(a, b):\n    yield a + b\n",
+    "a signal sent to its own process group": WRONG + "import os, signal\nos.killpg(os.getpgid(0), signal.SIGTERM)\n",
+    "a SIGSTOP to itself": WRONG + "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n",
+    "an exception whose str raises": ("class E(Exception):\n    def __str__(self):\n        raise RuntimeError\n"
+                                      "def add(a, b):\n    raise E()\n"),
+    "an IntEnum where an int is expected": "import enum\nclass E(enum.IntEnum):\n    A = 5\n"
+                                           "def add(a, b):\n    return E.A if (a, b) == (2, 3) else a - b\n",
+    "a float subclass equal to everything": "class F(float):\n    def __eq__(self, o):\n        return True\n"
+                                            "    __hash__ = float.__hash__\ndef add(a, b):\n    return F(a - b)\n",
+    "a str subclass equal to everything": "class S(str):\n    def __eq__(self, o):\n        return True\n"
+                                          "    __hash__ = str.__hash__\ndef add(a, b):\n    return S(a - b)\n",
+    "a list subclass equal to everything": "class L(list):\n    def __eq__(self, o):\n        return True\n"
+                                           "def add(a, b):\n    return L([a - b])\n",
+    "a pytest.skip raised by the code": "import pytest\ndef add(a, b):\n    pytest.skip('later')\n",
+    "an import hook that hands pytest an empty test module": (
+        "import sys, types, importlib.abc, importlib.util\n" + WRONG +
+        "class Empty(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.startswith(('test_', 'tests')):\n"
+        "            return importlib.util.spec_from_loader(name, self)\n"
+        "    def create_module(self, spec):\n        return types.ModuleType(spec.name)\n"
+        "    def exec_module(self, module):\n        module.test_fine = lambda: None\n"
+        "sys.meta_path.insert(0, Empty())\n"),
+}
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_a_wrong_candidate_never_passes_a_script_check(trick):
+    signal = PythonScriptCheck(TEST_CODE, sandbox=SANDBOX).run(TRICKS[trick], CheckContext())
+    assert not signal.ok, (trick, signal)
+
+
+SHARED_INTERPRETER = {
+    "the tests read, and answered from": "the tests import the candidate, so they are in its sandbox to read",
+    "an object equal to everything": "an object of the candidate's own class decides its own ==",
+    "a bool-ish object": "an object of the candidate's own class decides its own ==",
+    "a hostile repr": "an object of the candidate's own class decides its own ==",
+}
+"""What a pytest check, which runs the tests in the candidate's interpreter, does not stop (docs/checks.md):
+the script check does, and the suite runs these against it above."""
+
+
+@pytest.mark.parametrize("trick", sorted(set(TRICKS) - set(SHARED_INTERPRETER)))
+def test_a_wrong_candidate_never_passes_a_pytest_check(trick, tmp_path):
+    tests = tmp_path / "test_solution.py"
+    tests.write_text(TEST_FILE)
+    signal = PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext())
+    assert not signal.ok, (trick, signal)
+
+
+def test_the_suite_is_the_size_the_reliability_issue_asks_for():
+    assert len(TRICKS) >= 40 and len(set(TRICKS) - set(SHARED_INTERPRETER)) >= 40
+
+
+@pytest.mark.parametrize("trick", sorted(SHARED_INTERPRETER))
+def test_what_a_pytest_check_does_not_stop_is_what_the_docs_say(trick, tmp_path):
+    """Pinned, so the docs change with it: these pass a pytest check today."""
+    tests = tmp_path / "test_solution.py"
+    tests.write_text(TEST_FILE)
+    assert PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext()).ok
+
+
+def test_a_script_check_s_candidate_cannot_read_the_tests():
+    signal = PythonScriptCheck(TEST_CODE, sandbox=SANDBOX).run(TRICKS["the tests read, and answered from"],
+                                                               CheckContext())
+    assert not signal.ok and "got -1" in signal.message and signal.pinpointed
+
+
+@pytest.mark.parametrize("trick", ["a thread that swaps the test functions' code",
+                                   "the report channel reopened through /proc/self/fd, by a forked child",
+                                   "the nonce read from the harness's memory",
+                                   "ctypes reading the interpreter's memory",
+                                   "a trace function that rewrites locals", "a forged report on every descriptor"])
+def test_reaching_into_the_pytest_harness_is_tampering(trick, tmp_path):
+    tests = tmp_path / "test_solution.py"
+    tests.write_text(TEST_FILE)
+    signal = PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext())
+    assert not signal.ok and signal.code in (ErrorCode.TAMPERED, ErrorCode.NO_TEST_REPORT), (trick, signal)
+
+
+def test_a_right_candidate_still_passes_both_and_may_use_numpy_logging_and_tracebacks(tmp_path):
+    right = ("import logging, traceback, warnings\n"
+             "def add(a, b):\n    logging.getLogger('x').info('adding')\n"
+             "    try:\n        1 / 0\n    except ZeroDivisionError:\n        traceback.format_exc()\n"
+             "    return a + b\n")
+    assert PythonScriptCheck(TEST_CODE, sandbox=SANDBOX).run(right, CheckContext()).ok
+    tests = tmp_path / "test_solution.py"
+    tests.write_text(TEST_FILE)
+    assert PytestCheck(tests, sandbox=SANDBOX).run(right, CheckContext()).ok
