@@ -119,7 +119,16 @@ def _run(trace: Path) -> tuple[str, str, str]:
         return db.execute("SELECT run_id, status, stop_reason FROM runs").fetchone()
 
 
-SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) SELECT count(*) FROM c"
+SLOW_SQL = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < (SELECT n FROM slow)) "
+            "SELECT count(*) FROM c")
+"""As slow as the table `slow` says: fast again before a resume, which runs the tool call in flight again."""
+
+
+def slowed(shop, n):
+    with sqlite3.connect(shop) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS slow (n INTEGER)")
+        db.execute("DELETE FROM slow")
+        db.execute("INSERT INTO slow VALUES (?)", (n,))
 
 
 def act(tool, thought, **args):
@@ -129,6 +138,7 @@ def act(tool, thought, **args):
 def test_ctrl_c_in_react_stores_the_run_as_interrupted_and_resume_finishes_it(tmp_path, shop):
     trace = tmp_path / "trace.db"
     env = {**os.environ, "REFLEXA_TRACE": str(trace)}
+    slowed(shop, 300_000_000)
     first = scripted(tmp_path / "first.json", act("query", "count", sql="SELECT count(*) FROM orders"),
                      act("query", "a slow check", sql=SLOW_SQL))
     proc = subprocess.Popen(cli("react", "--db", str(shop), "How many orders?", "--model", first), env=env,
@@ -142,6 +152,7 @@ def test_ctrl_c_in_react_stores_the_run_as_interrupted_and_resume_finishes_it(tm
     assert (status, reason) == ("interrupted", "INTERRUPTED")
     assert f"reflexa resume {run_id[:12]}" in err and "Traceback" not in err
 
+    slowed(shop, 10)  # the query in flight at Ctrl-C runs again; its model call, stored, is read back
     second = scripted(tmp_path / "second.json", act("final_answer", "done", answer="400"))
     resumed = subprocess.run(cli("resume", run_id[:12], "--model", second), env=env, capture_output=True, text=True,
                              timeout=120)

@@ -124,11 +124,22 @@ def test_resume_refuses_a_finished_run(tmp_path, shop):
     assert result.exit_code == 2 and "already finished" in result.output
 
 
-SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) SELECT count(*) FROM c"
+SLOW = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < (SELECT n FROM slow)) "
+        "SELECT count(*) FROM c")
+"""A query as slow as the table `slow` says: the test makes it fast before a resume, which runs again the one
+tool call that was in flight (its model call, stored, is read back)."""
+
+
+def slowed(shop, n):
+    with sqlite3.connect(shop) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS slow (n INTEGER)")
+        db.execute("DELETE FROM slow")
+        db.execute("INSERT INTO slow VALUES (?)", (n,))
 
 
 def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
     trace = tmp_path / "trace.db"
+    slowed(shop, 300_000_000)
     first = replies(
         tmp_path,
         "first.json",
@@ -170,7 +181,9 @@ def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
         run_id, status = db.execute("SELECT run_id, status FROM runs").fetchone()
     assert status == "running"
 
-    # The resumed run goes on at step 2: the write of step 1 is not chosen, nor run, again.
+    # The resumed run goes on at step 2: the write of step 1 is not chosen, nor run, again; step 2's action,
+    # stored, is read back and its query (in flight at the kill) runs again.
+    slowed(shop, 10)
     second = replies(
         tmp_path,
         "second.json",
@@ -200,7 +213,7 @@ def test_killed_process_resumes_without_repeating_the_write(tmp_path, shop):
             json.loads(r[0])["action"]
             for r in db.execute("SELECT output FROM steps WHERE kind = 'react' ORDER BY step_id")
         ]
-        assert sum("INSERT" in a for a in actions) == 1 and len(actions) == 3
+        assert sum("INSERT" in a for a in actions) == 1 and len(actions) == 4 and "slow" in actions[1]
 
 
 def test_validators_judge_any_answer_without_raising(shop, monkeypatch):
