@@ -82,3 +82,11 @@ def test_refine_through_the_server(server):
         max_attempts=2,
     )
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
+
+
+def test_a_time_budget_ends_a_request_the_server_is_still_answering(server):
+    model = resolve_model(f"openai:{server}#smollm2")
+    completion = model.complete([{"role": "user", "content": "Count from 1 to 500, one number a line."}],
+                                max_tokens=300, time_left=0.2)
+    assert completion.finish_reason == "time" and completion.text == ""
+    assert model.complete([{"role": "user", "content": "Say hello."}], max_tokens=8).text.strip()  # still serving

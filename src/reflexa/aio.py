@@ -56,15 +56,17 @@ async def run(loop: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
 
 def complete(model: Model, messages: list[Message], *, schema: Schema | None, max_tokens: int,
-             temperature: float, on_token: OnToken | None, role: str | None = None) -> Completion:
+             temperature: float, on_token: OnToken | None, role: str | None = None,
+             time_left: float | None = None) -> Completion:
     """`model.complete(...)`; inside a loop that `run` drives, `model.acomplete(...)` awaited by it."""
     getcurrent = _getcurrent()
     current = getcurrent() if getcurrent is not None else None
     if current is None or not isinstance(current, _session_class()):
         return model.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
-                              on_token=on_token, role=role)
+                              on_token=on_token, role=role, time_left=time_left)
     call: Awaitable[Completion] = model.acomplete(messages, schema=schema, max_tokens=max_tokens,
-                                                  temperature=temperature, on_token=on_token, role=role)
+                                                  temperature=temperature, on_token=on_token, role=role,
+                                                  time_left=time_left)
     return current.parent.switch(call)
 
 

@@ -44,6 +44,12 @@ class Meter:
             return StopReason.BUDGET_TOKENS
         return None
 
+    def time_left(self) -> float | None:
+        """Seconds the time budget has left (None: no time budget): how long the next call may take."""
+        if self.budget.max_seconds is None:
+            return None
+        return max(0.0, self.budget.max_seconds - self.elapsed)
+
     def allowance(self, max_tokens: int) -> int:
         """The max_tokens to ask for: the caller's wish, cut to the tokens left in the budget."""
         if self.budget.max_tokens is None:

@@ -17,7 +17,7 @@ from typing import Any
 from . import aio, structured
 from .budget import Meter
 from .errors import ConfigError, ModelError
-from .models.base import Completion, Model
+from .models.base import TIME_UP, Completion, Model
 from .structured import Message, Schema
 from .trace.store import LEASE_TTL, MemoryStore, RunRecord, Store
 from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
@@ -232,42 +232,7 @@ class Run:
         which limit."""
 
         def once(msgs: list[Message], tokens: int = max_tokens) -> Completion | None:
-            if self._replay and (stored := self._stored_call(role, msgs, schema)) is not None:
-                return stored
-            if (stop := self.meter.check()) is not None:
-                self.budget_stop = stop
-                return None
-            if self._tell_calls:
-                self.observer("call", role)  # type: ignore[misc]  # _tell_calls: there is one
-            started = time.time()
-            observer = self.observer
-            on_token = None
-            # Only for an observer that reads tokens: asking a backend to stream can change the call.
-            if observer is not None and getattr(observer, "tokens", True):
-                on_token = lambda text: observer("token", text)  # noqa: E731
-            allowed = self.meter.allowance(tokens)
-            model = self.reflector_model if role == Role.REFLECTOR and self.reflector_model else self.model
-            # The serving model's name goes on the step only when it is not the run's own.
-            served_by = model.name if model is not self.model else None
-            try:
-                completion = aio.complete(model, msgs, schema=schema, max_tokens=allowed,
-                                          temperature=temperature, on_token=on_token, role=str(role))
-            except ModelError as exc:
-                # A failed call is a step too, so the trace shows its time and its error (a chat span marked
-                # as failed); the run then ends ERROR as before.
-                self.record(ModelCall("", None, f"{type(exc).__name__}: {exc}"[:500], FAILED_CALL, served_by), role,
-                            input={"messages": msgs}, started_at=started)
-                raise
-            self.meter.record(role, completion.usage)
-            self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason,
-                                  served_by),
-                        role, input={"messages": msgs}, usage=completion.usage, started_at=started)
-            if allowed < tokens and completion.finish_reason == "length":
-                # Cut off at what the token budget had left, not at the caller's max_tokens: the budget ran
-                # out, and the reply is no answer (nor worth asking again with more room).
-                self.budget_stop = StopReason.BUDGET_TOKENS
-                return None
-            return completion
+            return self._once(role, msgs, schema, tokens, temperature)
 
         if schema is None or not reask:
             return once(messages)
@@ -281,6 +246,50 @@ class Run:
         if first is None or first.value is not None:
             return first
         return structured.ask(lambda msgs: once(msgs), messages, first=first)
+
+    def _once(self, role: Role, messages: list[Message], schema: Schema | None, max_tokens: int,
+              temperature: float) -> Completion | None:
+        """One model call as `call` makes it: read back when replayed, None when the budget is spent."""
+        if self._replay and (stored := self._stored_call(role, messages, schema)) is not None:
+            return stored
+        if (stop := self.meter.check()) is not None:
+            self.budget_stop = stop
+            return None
+        if self._tell_calls:
+            self.observer("call", role)  # type: ignore[misc]  # _tell_calls: there is one
+        started = time.time()
+        observer = self.observer
+        on_token = None
+        # Only for an observer that reads tokens: asking a backend to stream can change the call.
+        if observer is not None and getattr(observer, "tokens", True):
+            on_token = lambda text: observer("token", text)  # noqa: E731
+        allowed = self.meter.allowance(max_tokens)
+        model = self.reflector_model if role == Role.REFLECTOR and self.reflector_model else self.model
+        # The serving model's name goes on the step only when it is not the run's own.
+        served_by = model.name if model is not self.model else None
+        try:
+            completion = aio.complete(model, messages, schema=schema, max_tokens=allowed, temperature=temperature,
+                                      on_token=on_token, role=str(role), time_left=self.meter.time_left())
+        except ModelError as exc:
+            # A failed call is a step too, so the trace shows its time and its error (a chat span marked as
+            # failed); the run then ends ERROR as before.
+            self.record(ModelCall("", None, f"{type(exc).__name__}: {exc}"[:500], FAILED_CALL, served_by), role,
+                        input={"messages": messages}, started_at=started)
+            raise
+        self.meter.record(role, completion.usage)
+        self.record(ModelCall(completion.text, completion.value, completion.error, completion.finish_reason,
+                              served_by),
+                    role, input={"messages": messages}, usage=completion.usage, started_at=started)
+        if completion.finish_reason == TIME_UP:
+            # The backend ended the call at the time budget's end: the reply is unfinished, and no answer.
+            self.budget_stop = StopReason.TIMEOUT
+            return None
+        if allowed < max_tokens and completion.finish_reason == "length":
+            # Cut off at what the token budget had left, not at the caller's max_tokens: the budget ran out,
+            # and the reply is no answer (nor worth asking again with more room).
+            self.budget_stop = StopReason.BUDGET_TOKENS
+            return None
+        return completion
 
     def _stored_call(self, role: Role, messages: list[Message], schema: Schema | None) -> Completion | None:
         """A replayed model call's completion, when the next stored step is this very call (same role, same

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable
 from ..structured import Message
-from .base import Generation, Model
+from .base import Generation, Model, timed_out, within
 
 
 class AnthropicModel(Model):
@@ -46,8 +46,11 @@ class AnthropicModel(Model):
         self.model = model
         self.name = f"anthropic:{model}"
 
+    stops_in_time = True
+
     def _generate(
-        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
+        self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
+        time_left: float | None = None,
     ) -> Generation:
         import anthropic
 
@@ -64,8 +67,13 @@ class AnthropicModel(Model):
         if json_schema is not None:
             kwargs["tools"] = [{"name": "reply", "description": "Give the reply.", "input_schema": json_schema}]
             kwargs["tool_choice"] = {"type": "tool", "name": "reply"}
+        client, bounded = within(self.client, time_left)
         try:
-            out = self.client.messages.create(**kwargs)
+            out = client.messages.create(**kwargs)
+        except anthropic.APITimeoutError:
+            if bounded:  # the request outlived the time the run had left
+                return timed_out(messages)
+            raise ModelUnavailable("Anthropic's API did not answer in time") from None
         except anthropic.APIConnectionError as exc:
             raise ModelUnavailable(f"cannot reach Anthropic's API: {exc}") from None
         except anthropic.AuthenticationError:

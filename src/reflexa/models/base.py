@@ -11,6 +11,9 @@ from typing import Any, ClassVar
 from ..structured import Message, Schema, json_schema_of, parse
 from ..types import Usage, valid_text
 
+TIME_UP = "time"
+"""The finish reason of a call a backend ended because its `time_left` ran out: the reply is unfinished."""
+
 
 @dataclass(slots=True)
 class Completion:
@@ -20,7 +23,8 @@ class Completion:
     value: Any = None
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
-    """"stop", or "length" when the reply was cut off at max_tokens."""
+    """"stop"; "length" when the reply was cut off at max_tokens; TIME_UP when the backend ended the call
+    at the time it was given (`Model.stops_in_time`)."""
     error: str | None = None
 
     @property
@@ -55,6 +59,9 @@ class Model(ABC):
     """The backend's `_generate` takes `on_token=` and calls it with each piece of text as it comes.
     Backends that cannot stream leave this False and are never passed one (so a plugin's `_generate`
     written before streaming existed keeps working)."""
+    stops_in_time: ClassVar[bool] = False
+    """The backend's `_generate` takes `time_left=` (seconds) and ends the call by then: a run's time budget
+    then stops a call already under way. Every other backend's call finishes first."""
     answers_by_role: ClassVar[bool] = False
     """The backend's `_generate` takes `role=` (generator, reflector, planner, evaluator): the test model
     answers each role from its own script. Every other backend leaves this False and is never passed one."""
@@ -68,14 +75,15 @@ class Model(ABC):
         temperature: float = 0.0,
         on_token: OnToken | None = None,
         role: str | None = None,
+        time_left: float | None = None,
     ) -> Completion:
         """One model call. With `schema` (a pydantic model class or a JSON schema dict) the backend is
         asked to follow it and the reply is validated; a reply that fails validation is returned with
         `value=None` and an `error`, never raised. `on_token`, where the backend streams, sees the reply's
         text piece by piece while it is produced; the Completion is the same with or without it. `role`
-        says who asks (see `answers_by_role`)."""
+        says who asks (see `answers_by_role`); `time_left`, how long the call may take (`stops_in_time`)."""
         json_schema = json_schema_of(schema) if schema is not None else None
-        extra: dict[str, Any] = {"role": role} if self.answers_by_role else {}
+        extra = self._extra(role, time_left)
         if on_token is not None and self.streams:
             extra["on_token"] = on_token
         gen = self._generate(messages, json_schema, max_tokens, temperature, **extra)
@@ -90,15 +98,23 @@ class Model(ABC):
         temperature: float = 0.0,
         on_token: OnToken | None = None,
         role: str | None = None,
+        time_left: float | None = None,
     ) -> Completion:
         """The async twin of `complete`, awaiting `_agenerate`. It does not stream: `on_token`, if given,
         sees the whole reply once, when it is complete."""
         json_schema = json_schema_of(schema) if schema is not None else None
-        extra: dict[str, Any] = {"role": role} if self.answers_by_role else {}
+        extra = self._extra(role, time_left)
         gen = await self._agenerate(messages, json_schema, max_tokens, temperature, **extra)
         if on_token is not None:
             on_token(gen.text)
         return _completion(gen, schema, max_tokens)
+
+    def _extra(self, role: str | None, time_left: float | None) -> dict[str, Any]:
+        """The keywords this backend's `_generate` takes beyond the four every backend does."""
+        extra: dict[str, Any] = {"role": role} if self.answers_by_role else {}
+        if self.stops_in_time and time_left is not None:
+            extra["time_left"] = time_left
+        return extra
 
     async def _agenerate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
@@ -113,6 +129,28 @@ class Model(ABC):
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float
     ) -> Generation:
         """Produce the raw reply. Raise ModelError subclasses for backend faults."""
+
+
+MIN_REQUEST_SECONDS = 0.1
+"""The shortest timeout a request is given, however little time the run has left."""
+
+
+def within(client: Any, time_left: float | None) -> tuple[Any, bool]:
+    """An SDK client (openai's or anthropic's) for a call that must end within `time_left` seconds: one
+    try, timed out by then. True when that bound is tighter than the client's own timeout: a time-out is
+    then the time budget's end (`timed_out`), not a slow server."""
+    own = client.timeout  # seconds, an httpx Timeout, or None (no limit)
+    own = getattr(own, "read", own)
+    if time_left is None or (isinstance(own, int | float) and time_left >= own):
+        return client, False
+    return client.with_options(timeout=max(time_left, MIN_REQUEST_SECONDS), max_retries=0), True
+
+
+def timed_out(messages: list[Message]) -> Generation:
+    """A call ended at the time budget's end: no reply, its prompt's tokens estimated (four characters
+    a token), as the server counted them and never said."""
+    prompt = sum(len(str(m.get("content", ""))) for m in messages)
+    return Generation("", (prompt + 3) // 4, 0, TIME_UP)
 
 
 def schema_instruction(json_schema: dict[str, Any]) -> str:
@@ -130,4 +168,6 @@ def _completion(gen: Generation, schema: Schema | None, max_tokens: int) -> Comp
         completion.value, completion.error = parse(text, schema)
         if completion.value is None and gen.finish_reason == "length":
             completion.error = f"reply cut off at max_tokens={max_tokens} ({completion.error})"
+        elif completion.value is None and gen.finish_reason == TIME_UP:
+            completion.error = f"reply cut off when the time budget ran out ({completion.error})"
     return completion

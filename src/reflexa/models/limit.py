@@ -62,17 +62,19 @@ class LimitedModel(Model):
         self._slots = slots(self.key, limit)
 
     def complete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None) -> Completion:
+                 temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None,
+                 time_left: float | None = None) -> Completion:
         with self._slots:
             return self.inner.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
-                                       on_token=on_token, role=role)
+                                       on_token=on_token, role=role, time_left=time_left)
 
     async def acomplete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
                         temperature: float = 0.0, on_token: OnToken | None = None,
-                        role: str | None = None) -> Completion:
+                        role: str | None = None, time_left: float | None = None) -> Completion:
         async with async_slots(self.key):
             return await self.inner.acomplete(messages, schema=schema, max_tokens=max_tokens,
-                                              temperature=temperature, on_token=on_token, role=role)
+                                              temperature=temperature, on_token=on_token, role=role,
+                                              time_left=time_left)
 
     def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
                   temperature: float) -> Generation:

@@ -11,13 +11,15 @@ import importlib.util
 import json
 import stat
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled
 from ..structured import Message
-from .base import Generation, Model, OnToken
+from .base import TIME_UP, Generation, Model, OnToken
 from .config import prompt_cache, threads
 from .named import DEFAULT, NAMED, NamedModel, is_named
 from .weights import ensure
@@ -147,10 +149,12 @@ class LocalModel(Model):
     conversation only evaluates what is new, even after a reflector call in between. Off, every prompt is
     evaluated from its first token.
 
-    It streams: `on_token` sees each generated token's text as llama.cpp samples it (see `_watch`).
+    It streams: `on_token` sees each generated token's text as llama.cpp samples it; and it stops in time:
+    a call given `time_left` ends its reply then (see `_watch`).
     """
 
     streams = True
+    stops_in_time = True
 
     def __init__(self, target: str | Path | None = None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  cache_prompts: bool | None = None) -> None:
@@ -180,8 +184,9 @@ class LocalModel(Model):
 
     def _generate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
-        on_token: OnToken | None = None,
+        on_token: OnToken | None = None, time_left: float | None = None,
     ) -> Generation:
+        deadline = None if time_left is None else time.monotonic() + time_left
         # A fixed seed: a sampled reply is the same on every run, like a greedy one.
         kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
                                   "seed": 0}
@@ -191,7 +196,7 @@ class LocalModel(Model):
         with self._lock:
             self._prepare(llama)
             try:
-                with _watch(llama, on_token):
+                with _watch(llama, on_token, deadline) as watched:
                     out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # llama.cpp reports an over-long prompt this way
                 raise ModelError(f"local model rejected the prompt: {exc}") from None
@@ -200,7 +205,7 @@ class LocalModel(Model):
             choice["message"].get("content") or "",
             usage["prompt_tokens"],
             usage["completion_tokens"],
-            choice.get("finish_reason") or "stop",
+            TIME_UP if watched.timed_out else choice.get("finish_reason") or "stop",
         )
 
     def _prepare(self, llama: Any) -> None:
@@ -214,20 +219,29 @@ class LocalModel(Model):
             llama.reset()  # forget the last prompt, whose prefix llama.cpp would otherwise reuse
 
 
+@dataclass(slots=True)
+class _Watched:
+    """What watching a call saw: whether it was ended at its deadline."""
+
+    timed_out: bool = False
+
+
 @contextlib.contextmanager
-def _watch(llama: Any, on_token: OnToken | None) -> Iterator[None]:
-    """Show `on_token` each token llama.cpp samples, while the reply itself comes from the ordinary,
-    non-streaming call.
+def _watch(llama: Any, on_token: OnToken | None, deadline: float | None = None) -> Iterator[_Watched]:
+    """Show `on_token` each token llama.cpp samples, and end the reply at `deadline` (time.monotonic()),
+    while the reply itself comes from the ordinary, non-streaming call.
 
     Why not `create_chat_completion(stream=True)`: its chunks decode each token on its own with
     errors="ignore" (a character split over two tokens can be lost), and it reports no usage. Watching
     `Llama.generate`, the token generator every completion runs through (llama-cpp-python is pinned),
-    changes nothing in the call: the same tokens, text, usage and finish reason, by construction. The
-    watcher is put on the instance for this call only, under the model's lock.
+    changes nothing in the call: the same tokens, text, usage and finish reason, by construction. Ending
+    the generator at the deadline ends the reply as max_tokens would (the prompt itself is read whole).
+    The watcher is put on the instance for this call only, under the model's lock.
     """
+    watched = _Watched()
     original = getattr(llama, "generate", None)
-    if on_token is None or original is None or "generate" in vars(llama):
-        yield  # nothing to show, or an unexpected llama object: run the call untouched
+    if (on_token is None and deadline is None) or original is None or "generate" in vars(llama):
+        yield watched  # nothing to watch, or an unexpected llama object: run the call untouched
         return
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split over tokens waits
 
@@ -235,15 +249,19 @@ def _watch(llama: Any, on_token: OnToken | None) -> Iterator[None]:
         inner = original(tokens, *args, **kwargs)
         try:
             for token in inner:
-                if text := decode.decode(llama.detokenize([token])):  # special tokens (EOS) detokenize to b""
+                # Special tokens (EOS) detokenize to b"".
+                if on_token is not None and (text := decode.decode(llama.detokenize([token]))):
                     on_token(text)
                 yield token
+                if deadline is not None and time.monotonic() >= deadline:
+                    watched.timed_out = True
+                    return
         finally:
             inner.close()
 
     llama.generate = generate
     try:
-        yield
+        yield watched
     finally:
         del llama.generate
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ConfigError, ModelError, ModelNotInstalled, ModelUnavailable, ReflexaError
 from ..structured import Message
-from .base import Generation, Model, OnToken, schema_instruction
+from .base import Generation, Model, OnToken, schema_instruction, timed_out, within
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -74,6 +74,7 @@ class OpenAIModel(Model):
     chunk); otherwise it is one plain request."""
 
     streams = True
+    stops_in_time = True
 
     def __init__(
         self,
@@ -162,7 +163,10 @@ class OpenAIModel(Model):
             return exc
         if not reading and isinstance(exc, openai.NotFoundError):
             return _NoModelList()
-        if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+        if isinstance(exc, openai.APITimeoutError):
+            return RequestTimedOut(f"the model server at {self.base_url} did not answer in time",
+                                   hint="is the server overloaded? (a longer timeout: timeout=)")
+        if isinstance(exc, openai.APIConnectionError):
             return ModelUnavailable(f"cannot reach the model server at {self.base_url}: {exc}",
                                     hint="is the server running?")
         if isinstance(exc, openai.AuthenticationError):
@@ -203,17 +207,23 @@ class OpenAIModel(Model):
 
     def _generate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
-        on_token: OnToken | None = None,
+        on_token: OnToken | None = None, time_left: float | None = None,
     ) -> Generation:
         kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
-        if on_token is not None and self.profile.stream:
-            return self._request(lambda: _streamed(self.client.chat.completions.create(
-                stream=True, stream_options={"include_usage": True}, **kwargs), kwargs["messages"], on_token))
-        return self._request(lambda: _generation(self.client.chat.completions.create(**kwargs)))
+        client, bounded = within(self.client, time_left)
+        try:
+            if on_token is not None and self.profile.stream:
+                return self._request(lambda: _streamed(client.chat.completions.create(
+                    stream=True, stream_options={"include_usage": True}, **kwargs), kwargs["messages"], on_token))
+            return self._request(lambda: _generation(client.chat.completions.create(**kwargs)))
+        except RequestTimedOut:
+            if bounded:  # the request outlived the time the run had left
+                return timed_out(kwargs["messages"])
+            raise
 
     async def _agenerate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
-        **extra: Any,
+        time_left: float | None = None, **extra: Any,
     ) -> Generation:
         """The same request on the SDK's async client: no thread per call in flight. The server's profile
         is detected on that client too, before the first call (concurrent first calls may each ask)."""
@@ -221,7 +231,13 @@ class OpenAIModel(Model):
         if self._profile is None:
             await self._adetect(client)
         kwargs = self._arguments(messages, json_schema, max_tokens, temperature)
-        reply = await self._arequest(lambda: client.chat.completions.create(**kwargs))
+        bounded_client, bounded = within(client, time_left)
+        try:
+            reply = await self._arequest(lambda: bounded_client.chat.completions.create(**kwargs))
+        except RequestTimedOut:
+            if bounded:
+                return timed_out(kwargs["messages"])
+            raise
         return self._request(lambda: _generation(reply))
 
     def _async_client(self) -> Any:
@@ -237,6 +253,10 @@ class OpenAIModel(Model):
                                                max_retries=sync.max_retries)
             self._aloop = loop
         return self._aclient
+
+
+class RequestTimedOut(ModelUnavailable):
+    """The server did not answer within the request's timeout."""
 
 
 class _NoModelList(Exception):  # noqa: N818 - a signal between two methods, never raised to a caller

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ConfigError, ModelError
 from ..files import read_json
 from ..structured import Message
-from .base import Generation, Model, OnToken
+from .base import TIME_UP, Generation, Model, OnToken
 
 Reply = str | dict[str, Any] | list[Any] | Exception
 ROLES = ("generator", "reflector", "planner", "evaluator", "search")
@@ -60,12 +60,14 @@ class ScriptedModel(Model):
 
     It streams like a real backend: `on_token` gets the reply in pieces of STREAM_CHARS characters.
     `delay` (seconds) makes each call take that long, spread evenly over those pieces, so a test can
-    watch a slow run (a live view, Ctrl-C) without a real model.
+    watch a slow run (a live view, Ctrl-C) without a real model. Like the local model it stops in time:
+    a call given `time_left` shorter than its delay ends then, with the pieces streamed so far.
     """
 
     name = "scripted"
     streams = True
     answers_by_role = True
+    stops_in_time = True
     STREAM_CHARS = 4
     """Characters per streamed piece: about one token (see `estimate_tokens`)."""
 
@@ -123,8 +125,9 @@ class ScriptedModel(Model):
 
     def _generate(
         self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int, temperature: float,
-        on_token: OnToken | None = None, role: str | None = None,
+        on_token: OnToken | None = None, role: str | None = None, time_left: float | None = None,
     ) -> Generation:
+        deadline = None if time_left is None else time.monotonic() + time_left
         with self._lock:  # sessions on threads share one test model: each call takes its own reply
             self.prompts.append([dict(m) for m in messages])
             self.schemas.append(json_schema)
@@ -136,7 +139,8 @@ class ScriptedModel(Model):
         finish = "stop"
         if estimate_tokens(text) > max_tokens:
             text, finish = text[: max_tokens * 4], "length"
-        self._stream(text, on_token)
+        if (streamed := self._stream(text, on_token, deadline)) != text:
+            text, finish = streamed, TIME_UP
         prompt = "".join(m.get("content", "") for m in messages)
         return Generation(text, estimate_tokens(prompt), estimate_tokens(text), finish)
 
@@ -153,13 +157,19 @@ class ScriptedModel(Model):
         raise ModelError(f"the scripted model has no replies left in {whose} (call {call.number}, "
                          f"role {call.role or 'unknown'})")
 
-    def _stream(self, text: str, on_token: OnToken | None) -> None:
+    def _stream(self, text: str, on_token: OnToken | None, deadline: float | None = None) -> str:
         """Hand `text` to `on_token` piece by piece, taking `delay` seconds in all (slept even without a
-        listener, so a call takes as long either way)."""
+        listener, so a call takes as long either way); the text streamed, which stops at `deadline`."""
         pieces = [text[i:i + self.STREAM_CHARS] for i in range(0, len(text), self.STREAM_CHARS)] or [""]
         pause = self.delay / len(pieces)
+        streamed = ""
         for piece in pieces:
             if pause:
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    time.sleep(max(0.0, deadline - time.monotonic()))
+                    return streamed
                 time.sleep(pause)
             if on_token is not None and piece:
                 on_token(piece)
+            streamed += piece
+        return streamed
