@@ -1,8 +1,8 @@
 """The escape set: each way out of the sandbox that it claims to close, tried for real.
 
-Unix sockets in the host's /tmp and /dev/shm, abstract sockets, SysV IPC in both directions, a process
-tree that together goes over its memory cap, writes outside the scratch dir, the network, a fork bomb,
-and files in the home directory.
+Unix sockets in the host's /tmp and /dev/shm, elsewhere in the file system and abstract ones, SysV IPC in
+both directions, a process tree that together goes over its memory cap, writes outside the scratch dir,
+the network, a fork bomb, files in the home directory, and the working folder a `--check` copies from.
 """
 
 import ast
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from test_sandbox import MARKER, leftover_processes
 
-from reflexa.evaluate.sandbox import Limits, Sandbox
+from reflexa.evaluate.checks import CheckContext, CommandCheck
+from reflexa.evaluate.sandbox import Limits, Sandbox, _hidden_dirs
 
 SANDBOX = Sandbox(Limits(timeout=5, cpu_seconds=5))
 NAMESPACES = "pid-namespace" in SANDBOX.isolation
@@ -95,6 +96,61 @@ def test_host_unix_sockets_are_unreachable(unix_listener):
     bound_back = {venv[2]} if venv[:2] == ("/", "tmp") and len(venv) > 2 else set()
     scratch = [name for name in listing if name.startswith("reflexa-sandbox-")]
     assert len(scratch) == 1 and set(listing) - set(scratch) <= bound_back, listing
+
+
+@pytest.fixture()
+def unhidden_dir():
+    """A fresh directory outside every directory the sandbox hides (/tmp, home, ...): the working
+    folder, or /var/lib or /dev where the tests run inside a hidden one. Removed afterwards."""
+    import shutil
+    import tempfile
+
+    hidden = _hidden_dirs()
+    for base in (Path.cwd(), Path("/var/lib"), Path("/dev")):
+        base = base.resolve()
+        if os.access(base, os.W_OK) and not any(base.is_relative_to(h) for h in hidden):
+            made = Path(tempfile.mkdtemp(prefix="rx-", dir=base))
+            yield made
+            shutil.rmtree(made, ignore_errors=True)
+            return
+    pytest.skip("no writable directory outside the hidden ones")
+
+
+@needs_namespaces
+def test_a_host_unix_socket_outside_the_hidden_directories_is_masked(unhidden_dir):
+    address = str(unhidden_dir / "db.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(address)
+    server.listen()
+    server.settimeout(3)
+    try:
+        socket.socket(socket.AF_UNIX).connect(address)  # reachable from outside: the test is live
+        server.accept()[0].close()
+        code = ("import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                f"try:\n    s.connect({address!r}); print('CONNECTED')\nexcept OSError as e: print('refused', e)")
+        result = run(code)
+        assert result.ok, result.stderr
+        assert "refused" in result.stdout and "CONNECTED" not in result.stdout
+        server.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    finally:
+        server.close()
+
+
+@needs_namespaces
+def test_a_check_command_cannot_read_the_folder_it_was_copied_from(unhidden_dir):
+    secrets = {".npmrc": "//registry/:_authToken=npm-secret-1", ".git/config": "url = https://u:git-secret-2@h/r",
+               ".aws/credentials": "aws_secret_access_key = aws-secret-3", "settings.py": "visible = 1"}
+    for name, text in secrets.items():
+        (unhidden_dir / name).parent.mkdir(exist_ok=True)
+        (unhidden_dir / name).write_text(text)
+    reads = "; ".join(f"cat {unhidden_dir / name}" for name in secrets)
+    check = CommandCheck(f"{reads}; cat settings.py; exit 1", out="answer.py", workdir=unhidden_dir)
+    evidence = check.run("print(1)", CheckContext()).evidence
+    assert not any(word in evidence for word in ("npm-secret", "git-secret", "aws-secret"))
+    assert evidence.count("visible = 1") == 1  # the scratch copy's, not the original's
+    assert (unhidden_dir / "settings.py").exists()  # the original is untouched
 
 
 _IPC = """

@@ -11,7 +11,9 @@ The mount namespace, in order:
    must stay reachable: the scratch dir (writable) and the interpreter's paths. Each tmpfs is built at a
    staging dir inside the scratch dir while the originals are still visible, then moved over its target;
    the target that contains the scratch dir moves last (the plan orders them);
-4. every other mount remounted read-only, keeping its nosuid/nodev/noexec flags (a user namespace
+4. each host Unix socket outside those directories (the plan lists what /proc/net/unix showed) covered
+   by a bind mount of /dev/null, so connecting to it is refused;
+5. every other mount remounted read-only, keeping its nosuid/nodev/noexec flags (a user namespace
    forbids dropping them). The command then runs without capabilities (setpriv), so it cannot undo this.
 
 One process with mount(2) instead of a shell running `mount` forty times: this runs before every
@@ -73,6 +75,9 @@ def prepare(plan: dict) -> None:
         os.rmdir(tmp)
     if plan["hide"]:
         os.rmdir(stage)
+    for socket_path in plan["mask"]:
+        with contextlib.suppress(OSError):  # gone since the plan was made, or on a mount it may not touch
+            mount("/dev/null", socket_path, None, MS_BIND)
     os.chdir(scratch)  # re-enter through the writable mount
     for point, options in mountpoints():
         if point == scratch:

@@ -10,8 +10,11 @@ What it stops, where the machine allows (see `Sandbox.isolation` for what is in 
   scratch directory is remounted read-only, and all capabilities dropped so it cannot remount them;
 - host sockets and shared memory: /tmp, /var/tmp, /run, /dev/shm and the home directories are replaced
   by empty private tmpfs mounts (the scratch directory and the interpreter are bound back in; see
-  _nsinit.py), so a Unix socket there cannot be reached; a private IPC namespace, so SysV shared memory,
-  message queues and semaphores neither reach the host's nor outlive the run;
+  _nsinit.py), so a Unix socket there cannot be reached, and every other socket path /proc/net/unix
+  lists is covered by /dev/null; a private IPC namespace, so SysV shared memory, message queues and
+  semaphores neither reach the host's nor outlive the run;
+- the folder a run copies from (`copy_from`): hidden like /tmp, so the command reads the scratch copy
+  (without dotfiles) and never the original;
 - network: a fresh network namespace with no interfaces (not even loopback is up), which also hides
   abstract Unix sockets;
 - processes that outlive the run: a private PID namespace, whose processes the kernel kills when its
@@ -19,8 +22,9 @@ What it stops, where the machine allows (see `Sandbox.isolation` for what is in 
 - secrets in the environment: the child gets a fresh minimal environment, never the parent's.
 
 What it does not stop: reading files the invoking user can read outside the hidden directories (the
-file system is visible, only read-only), connecting to a Unix socket that lives elsewhere in the file
-system, and CPU-cache or timing side channels. Without `unshare` (namespaces) the write, socket, IPC and
+file system is visible, only read-only), connecting to a Unix socket bound after the run started or in
+another network namespace (a container's) outside the hidden directories, and CPU-cache or timing side
+channels. Without `unshare` (namespaces) the write, socket, IPC and
 network protections are missing, and a process that detached from the run (setsid) is killed only by the
 orphan reaper (_reaper.py), which a program that kills the reaper first escapes; `isolation` then says so
 and callers can refuse to run.
@@ -278,9 +282,10 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _hidden_dirs() -> list[Path]:
-    """Existing directories to replace with empty tmpfs mounts, outermost only."""
-    candidates = [*HIDDEN_DIRS, os.environ.get("HOME", "")]
+def _hidden_dirs(also: tuple[Path, ...] = ()) -> list[Path]:
+    """Existing directories to replace with empty tmpfs mounts (HIDDEN_DIRS, the home directories and
+    `also`), outermost only."""
+    candidates = [*HIDDEN_DIRS, os.environ.get("HOME", ""), *map(str, also)]
     with contextlib.suppress(KeyError):
         candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
     found: list[Path] = []
@@ -314,15 +319,35 @@ def _interpreter_paths() -> tuple[Path, ...]:
     return tuple(p for p in paths if not any(q != p and _under(p, q) for q in paths))
 
 
-def _mount_plan(scratch: Path) -> dict[str, Any]:
-    """What _nsinit.py does to the mount namespace: which directories to hide behind an empty tmpfs, and
-    what to bind back into each (the scratch dir, writable; the interpreter's paths, read-only).
+def _host_sockets(hidden: list[Path]) -> list[str]:
+    """Paths of the Unix sockets bound in this network namespace that the hidden directories do not
+    already cover (a database's socket under /var/lib, say), read from /proc/net/unix."""
+    try:
+        lines = Path("/proc/net/unix").read_text(errors="replace").splitlines()[1:]
+    except OSError:
+        return []
+    found: set[str] = set()
+    for line in lines:
+        fields = line.split(maxsplit=7)
+        if len(fields) == 8 and fields[7].startswith("/"):  # a path, not an abstract or unnamed socket
+            path = fields[7]
+            with contextlib.suppress(OSError, ValueError):
+                if stat.S_ISSOCK(os.stat(path).st_mode) and not any(_under(Path(path), d) for d in hidden):
+                    found.add(path)
+    return sorted(found)
+
+
+def _mount_plan(scratch: Path, also_hide: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """What _nsinit.py does to the mount namespace: which directories to hide behind an empty tmpfs (the
+    usual ones and `also_hide`), what to bind back into each (the scratch dir, writable; the interpreter's
+    paths, read-only), and which host sockets elsewhere to mask with /dev/null.
 
     Each tmpfs is staged inside the scratch dir, then moved over its target; the target that contains
     the scratch dir moves last, since until then the staging dirs must stay reachable by their path."""
     keep = _interpreter_paths()
     stage = scratch / ".reflexa-mounts"
-    targets = sorted(_hidden_dirs(), key=lambda t: _under(scratch, t))
+    hidden = _hidden_dirs(also_hide)
+    targets = sorted(hidden, key=lambda t: _under(scratch, t))
     hide = []
     for i, target in enumerate(targets):
         tmp = stage / str(i)
@@ -332,7 +357,7 @@ def _mount_plan(scratch: Path) -> dict[str, Any]:
             # Not recursive: the staging mounts live inside the scratch dir.
             binds.append([str(scratch), str(tmp / scratch.relative_to(target)), False])
         hide.append([str(tmp), str(target), binds])
-    return {"scratch": str(scratch), "stage": str(stage), "hide": hide}
+    return {"scratch": str(scratch), "stage": str(stage), "hide": hide, "mask": _host_sockets(hidden)}
 
 
 @cache
@@ -558,9 +583,9 @@ class Sandbox:
         wires: Mapping[str, int] | None = None,
     ) -> ExecResult:
         """Run argv in a fresh scratch directory holding `files` (and a copy of `copy_from`, see
-        `copy_tree`). With `report`, the child gets a report channel (module docstring). `wires` maps an
-        environment variable to a descriptor the child inherits under that name; they are closed here
-        once the child has them (or could not start)."""
+        `copy_tree`; the original is hidden from the command). With `report`, the child gets a report
+        channel (module docstring). `wires` maps an environment variable to a descriptor the child inherits
+        under that name; they are closed here once the child has them (or could not start)."""
         limits = limits or self.limits
         scratch = Path(os.path.realpath(tempfile.mkdtemp(prefix="reflexa-sandbox-")))
         try:
@@ -577,13 +602,15 @@ class Sandbox:
                 # A model's text may hold a lone surrogate, which UTF-8 cannot encode: "?" in its place,
                 # so the check judges the code rather than the write failing the run.
                 target.write_text(content, encoding="utf-8", errors="replace")
-            return self._execute(argv, scratch, env or {}, limits, _Handed(report, wires or {}))
+            # The folder copied from stays out of sight: the command sees its scratch copy only.
+            hide = (Path(os.path.realpath(copy_from)),) if copy_from is not None else ()
+            return self._execute(argv, scratch, env or {}, limits, _Handed(report, wires or {}), hide)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _execute(self, argv: list[str], scratch: Path, extra_env: Mapping[str, str], limits: Limits,
-                 channel: _Handed) -> ExecResult:
-        command, namespaced = _command(argv, scratch)
+                 channel: _Handed, hide: tuple[Path, ...]) -> ExecResult:
+        command, namespaced = _command(argv, scratch, hide)
         env = {**_environment(scratch, extra_env), **channel.env}
         try:
             cgroups = _Cgroups(limits) if _cgroup_parent("pids") or _cgroup_parent("memory") else None
@@ -610,13 +637,14 @@ class Sandbox:
         )
 
 
-def _command(argv: list[str], scratch: Path) -> tuple[list[str], bool]:
-    """The command line that runs `argv` in the sandbox, and whether it runs in namespaces of its own."""
+def _command(argv: list[str], scratch: Path, hide: tuple[Path, ...] = ()) -> tuple[list[str], bool]:
+    """The command line that runs `argv` in the sandbox (with `hide` hidden too), and whether it runs in
+    namespaces of its own."""
     prefix = _namespace_prefix()
     if not prefix:
         return [sys.executable, "-I", "-S", "-c", _reaper_source(), "--", *argv], False
     setpriv = (shutil.which("setpriv") or "setpriv", "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--")
-    init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch)), "--"]
+    init = [sys.executable, "-I", "-S", "-c", _nsinit_source(), json.dumps(_mount_plan(scratch, hide)), "--"]
     return [*prefix, *init, *setpriv, *argv], True
 
 
