@@ -17,12 +17,15 @@ CHILD = textwrap.dedent('''
     from reflexa.models.base import Generation
 
     trace, ledger, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    kill_inside = int(sys.argv[4]) if len(sys.argv) > 4 else 0  # SIGKILL inside pay(kill_inside)
 
     @tool(side_effect=True)
     def pay(order_id: int) -> str:
         """Pay one order."""
         with open(ledger, "a") as handle:
             handle.write(f"{order_id}\\n")
+        if order_id == kill_inside:
+            os.kill(os.getpid(), signal.SIGKILL)
         return f"paid order {order_id}"
 
     class Policy(Model):
@@ -54,18 +57,18 @@ CHILD = textwrap.dedent('''
     resume = runs[0].run_id if runs else None
     result = plan("Pay orders 1, 2 and 3 in turn", [pay], tree=tree, resume=resume,
                   session=Session(model=Policy(), store=store, observer=observer))
-    stored = sum(st.kind == "model_call" for run in store.runs(100) for st in store.steps(run.run_id))
+    calls = [st.role for run in store.runs(100) for st in store.steps(run.run_id) if st.kind == "model_call"]
     print(json.dumps({"stop": result.stop_reason.value, "steps": seen, "calls": result.total_usage.calls,
-                      "stored_calls": stored,
+                      "stored_calls": len(calls), "planner_calls": calls.count("planner"),
                       "statuses": [u["status"] for u in result.details["subgoals"]]}))
 ''')
 
 
-def child(tmp: Path, kill_at: int) -> subprocess.CompletedProcess[str]:
+def child(tmp: Path, kill_at: int, kill_inside: int = 0) -> subprocess.CompletedProcess[str]:
     script = tmp / "child.py"
     script.write_text(CHILD)
     return subprocess.run(
-        [sys.executable, str(script), str(tmp / "trace.db"), str(tmp / "ledger.txt"), str(kill_at)],
+        [sys.executable, str(script), str(tmp / "trace.db"), str(tmp / "ledger.txt"), str(kill_at), str(kill_inside)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -98,3 +101,16 @@ def test_sigkill_at_every_step_boundary_of_a_plan_then_resume(tmp_path):
         repeated += len(paid) - len(set(paid))
     print(f"SIGKILL at {kills} plan step boundaries: {lost} effects lost, {repeated} repeated")
     assert (kills, lost, repeated) == (boundaries, 0, 0)
+
+
+def test_a_plan_killed_inside_a_side_effect_stops_for_a_human_on_resume(tmp_path):
+    """Its outcome unknown, the effect is neither repeated nor replanned around (a replan once asked the
+    planner for a new task for the unit)."""
+    killed = child(tmp_path, 0, kill_inside=2)
+    assert killed.returncode == -9, killed.stderr
+    resumed = child(tmp_path, 0)
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads(resumed.stdout)
+    assert done["stop"] == "UNRECOVERABLE" and done["statuses"] == ["passed", "failed", "skipped"], done
+    assert done["planner_calls"] == 0
+    assert (tmp_path / "ledger.txt").read_text().split() == ["1", "2"]

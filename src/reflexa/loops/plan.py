@@ -25,7 +25,7 @@ from ..evaluate.answer import Validator, ValidatorCheck, all_of
 from ..reflect.engine import Decided
 from ..runtime import Checkpoint, Stop
 from ..search.base import SearchBackend
-from ..tools.registry import Tool, ToolRegistry
+from ..tools.registry import Tool, ToolRegistry, interrupted_effects
 from ..trace.store import RunRecord
 from ..types import (
     Budget,
@@ -412,7 +412,8 @@ def _unrecoverable(origin: str, decided: Decided, acted: Acted | None) -> Lesson
 
 
 def _settle(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ran: Ran, ctx: Context) -> None:
-    """A finished unit's status; a failed one is replanned once, or its dependents are skipped."""
+    """A finished unit's status; a failed one is replanned once, or its dependents are skipped (every
+    sub-goal left, when the unit was killed inside a side-effecting call)."""
     unit.run_id, unit.stop_reason, unit.answer = ran.run_id, ran.stop_reason, ran.output
     if ran.stop_reason in (StopReason.PASSED, StopReason.ANSWERED_UNVERIFIED):
         _status(ep, s, unit, "passed" if ran.stop_reason is StopReason.PASSED else "answered", "")
@@ -420,6 +421,14 @@ def _settle(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ran: Ran, ctx
     reason = f"{ran.stop_reason}" + (f": {ran.error}" if ran.error else "")
     if ran.stop_reason in SPENT:
         s.budget_stop = ran.stop_reason
+    if interrupted_effects(ep.run.store, ran.run_id):
+        # A side effect of unknown outcome needs a human before anything else acts (react stops the same way):
+        # no replan, and no other sub-goal starts.
+        _status(ep, s, unit, "failed", reason)
+        for other in s.units:
+            if other.status == "pending":
+                _status(ep, s, other, "skipped", f"sub-goal {unit.name} has a side effect to check by hand first")
+        return
     if ran.stop_reason in REPLANNABLE and ctx.replan and s.replans < MAX_REPLANS and _replan(ep, s, tree, unit,
                                                                                             reason, ctx):
         return
