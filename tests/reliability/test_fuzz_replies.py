@@ -1,12 +1,16 @@
-"""No model reply crashes a loop: Hypothesis feeds refine, react and research arbitrary replies (text with
-lone surrogates, deep JSON, wrong shapes, reserved tool names, empty answers, hostile citations) and every
-run must end with a stop reason in the store, never an exception and never `running`.
+"""No model reply crashes a loop: Hypothesis feeds refine, react, research, trials and plan arbitrary
+replies (text with lone surrogates, deep JSON, wrong shapes, reserved tool names, empty answers, hostile
+citations, broken goal trees) and every run must end with a stop reason in the store, never an exception
+and never `running`.
 
-`REFLEXA_FUZZ_EXAMPLES` sets the examples per loop (CI: 400, so 1,200 in all); `bench/fuzz_soak.py` runs more.
+`REFLEXA_FUZZ_EXAMPLES` sets the examples per loop (CI: 300, so 1,500 in all); `bench/soak/fuzz_soak.py`
+runs more, and with `REFLEXA_FUZZ_LOG=FILE` each run appends a JSON line (loop, replies given, replies
+used, stop reason) for it to count.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -14,11 +18,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reflexa import ScriptedModel, Session, Signal, SQLiteStore, StopReason, react, refine, research, tool
+from reflexa import (
+    ScriptedModel,
+    Session,
+    Signal,
+    SQLiteStore,
+    StopReason,
+    plan,
+    react,
+    refine,
+    research,
+    tool,
+    trials,
+)
 from reflexa.search import Evidence
 from reflexa.types import ErrorCode
 
-EXAMPLES = int(os.environ.get("REFLEXA_FUZZ_EXAMPLES", "400"))
+EXAMPLES = int(os.environ.get("REFLEXA_FUZZ_EXAMPLES", "300"))
+LOG = os.environ.get("REFLEXA_FUZZ_LOG")
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -78,8 +95,17 @@ draft = st.builds(
     st.lists(any_text, max_size=3),
     st.lists(any_text, max_size=4),
 )
+names = st.one_of(st.sampled_from(["a", "b", "c"]), any_text)
+subgoal = st.fixed_dictionaries(
+    {"name": names, "task": any_text, "depends_on": st.lists(names, max_size=2)},
+    optional={"tools": st.lists(tool_names, max_size=2), "loop": st.sampled_from(["react", "refine", "x"])},
+)
+goal_tree = st.fixed_dictionaries(
+    {"goal": any_text, "subgoals": st.lists(subgoal, max_size=4)}, optional={"facts": st.lists(any_text, max_size=3)}
+)
 reply = st.one_of(
     any_text,
+    goal_tree,
     json_value,
     deep,
     deep_object,
@@ -125,29 +151,35 @@ def store(tmp_path_factory):
     return SQLiteStore(tmp_path_factory.mktemp("fuzz") / "trace.db")
 
 
-def finished(store, result) -> None:
+def finished(store, result, loop: str, items: list, model: ScriptedModel) -> None:
     assert isinstance(result.stop_reason, StopReason)
     record = store.get_run(result.run_id)
     assert record is not None and record.status == "finished", record
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"loop": loop, "replies": len(items), "used": min(model.calls, len(items)),
+                                  "stop": str(result.stop_reason), "error": (result.error or "")[:120]}) + "\n")
 
 
 @FUZZ
 @given(replies)
 def test_refine_survives_any_reply(store, items):
-    finished(store, refine("task", [Expect()], session=Session(model=ScriptedModel(items), store=store)))
+    model = ScriptedModel(items)
+    finished(store, refine("task", [Expect()], session=Session(model=model, store=store)), "refine", items, model)
 
 
 @FUZZ
 @given(replies)
 def test_react_survives_any_reply(store, items):
+    model = ScriptedModel(items)
     result = react(
         "goal",
         [lookup, charge],
         validator=lambda a: None if a else "empty",
-        session=Session(model=ScriptedModel(items), store=store),
+        session=Session(model=model, store=store),
         max_steps=6,
     )
-    finished(store, result)
+    finished(store, result, "react", items, model)
     if result.passed:
         assert result.output and result.output.strip()  # an empty final answer is never a pass
 
@@ -155,14 +187,37 @@ def test_react_survives_any_reply(store, items):
 @FUZZ
 @given(replies)
 def test_research_survives_any_reply(store, items):
-    result = research(
-        "What is the capital of France?", Corpus(), session=Session(model=ScriptedModel(items), store=store)
-    )
-    finished(store, result)
+    model = ScriptedModel(items)
+    result = research("What is the capital of France?", Corpus(), session=Session(model=model, store=store))
+    finished(store, result, "research", items, model)
     text = result.output or ""
     assert "evil.example" not in text
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", text.split("References:")[0])}
     assert cited <= {1}  # only retrieved evidence is ever cited
+
+
+@FUZZ
+@given(replies)
+def test_trials_survive_any_reply(store, items):
+    model = ScriptedModel(items)
+    session = Session(model=model, store=store)
+
+    def attempt(t):
+        return refine("task", [Expect()], lessons=t.lessons, budget=t.budget, meta=t.meta, resume=t.resume,
+                      session=session, max_attempts=2)
+
+    finished(store, trials("task", attempt, session=session, max_trials=2), "trials", items, model)
+
+
+@FUZZ
+@given(replies)
+def test_plan_survives_any_reply(store, items):
+    model = ScriptedModel(items)
+    result = plan("goal", [lookup, charge], validator=lambda a: None if a else "empty",
+                  session=Session(model=model, store=store), max_steps=3)
+    finished(store, result, "plan", items, model)
+    if result.passed:
+        assert result.output and result.output.strip()
 
 
 def test_a_reply_cut_at_max_tokens_that_holds_a_lone_surrogate_ends_the_run_cleanly(tmp_path):

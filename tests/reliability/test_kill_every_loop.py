@@ -20,13 +20,20 @@ from pathlib import Path
 import pytest
 
 CHILD = textwrap.dedent('''
-    import json, os, signal, sys
+    import json, os, signal, sys, threading, time
     from pathlib import Path
     from reflexa import Model, Session, SQLiteStore, plan, react, refine, research, tool
     from reflexa.models.base import Generation
     from reflexa.search import Evidence
 
-    loop, trace, ledger, kill_at = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+    # KILL: N (SIGKILL after the Nth stored step), tS (after S seconds, wherever the run is), 0 (never).
+    loop, trace, ledger, kill = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+    kill_at = 0 if kill.startswith("t") else int(kill)
+    started = time.monotonic()
+    if kill.startswith("t"):
+        timer = threading.Timer(float(kill[1:]), lambda: os.kill(os.getpid(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
     def log(what):
         with ledger.open("a") as handle:
@@ -105,15 +112,16 @@ CHILD = textwrap.dedent('''
                                                   "check": done}]}
         result = plan("Pay orders 1 and 2", [pay], tree=tree, validator=lambda a: None, session=session,
                       resume=resume)
-    print(json.dumps({"stop": result.stop_reason.value, "steps": seen}))
+    print(json.dumps({"stop": result.stop_reason.value, "steps": seen, "seconds": time.monotonic() - started}))
 ''')
 
 
-def child(tmp: Path, loop: str, kill_at: int) -> subprocess.CompletedProcess[str]:
+def child(tmp: Path, loop: str, kill: int | str) -> subprocess.CompletedProcess[str]:
+    """Run CHILD in `tmp` (its trace and ledger live there); `kill` as CHILD reads it."""
     script = tmp / "child.py"
     script.write_text(CHILD)
     return subprocess.run([sys.executable, str(script), loop, str(tmp / "trace.db"), str(tmp / "ledger.txt"),
-                           str(kill_at)], capture_output=True, text=True, timeout=60)
+                           str(kill)], capture_output=True, text=True, timeout=60)
 
 
 def ledger(case: Path) -> Counter:
