@@ -368,6 +368,25 @@ def test_cached_query_costs_no_search_call(corpus):
     assert "search" not in result.usage and cache.hits == 2 and result.counters["cache_hits"] == 2
 
 
+def test_a_resumed_run_stores_each_cached_search_once(corpus):
+    """Interrupted after its searches, a resumed run once stored each cached search a second time."""
+    from reflexa.errors import RunInterrupted
+
+    corpus, _ = corpus
+    store = MemoryStore()
+    cache = SearchCache(store)
+    first = draft("?", missing=["Eiffel Tower height metres"], queries=["Eiffel Tower height"])
+    research("How tall is the Eiffel Tower?", corpus, cache=cache,
+             session=Session(model=ScriptedModel([first, draft("330 metres [1].")]), store=store))  # fills the cache
+    with pytest.raises(RunInterrupted) as stopped:
+        research("How tall is the Eiffel Tower?", corpus, cache=cache,
+                 session=Session(model=ScriptedModel([first, KeyboardInterrupt()]), store=store))
+    result = research("How tall is the Eiffel Tower?", corpus, cache=cache, resume=stopped.value.run_id,
+                      session=Session(model=ScriptedModel([draft("330 metres [1].")]), store=store))
+    searched = [s.payload().query for s in store.steps(result.run_id) if s.kind == "search"]
+    assert result.passed and sorted(searched) == sorted(set(searched)) and len(searched) == 2
+
+
 def test_the_cache_never_serves_one_corpus_s_passages_for_another(corpus, tmp_path):
     corpus, folder = corpus
     other_folder = tmp_path / "tokyo"

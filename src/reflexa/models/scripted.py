@@ -25,7 +25,7 @@ from ..files import read_json
 from ..structured import Message
 from .base import TIME_UP, Generation, Model, OnToken
 
-Reply = str | dict[str, Any] | list[Any] | Exception
+Reply = str | dict[str, Any] | list[Any] | BaseException
 ROLES = ("generator", "reflector", "planner", "evaluator", "search")
 """The roles a script may be given for (`reflexa.types.Role`)."""
 
@@ -133,7 +133,7 @@ class ScriptedModel(Model):
             self.schemas.append(json_schema)
             self.roles.append(role)
             reply = self._next(ScriptedCall(len(self.prompts), role, messages, json_schema, max_tokens))
-        if isinstance(reply, Exception):
+        if isinstance(reply, BaseException):
             raise reply
         text = reply if isinstance(reply, str) else json.dumps(reply)
         finish = "stop"
