@@ -177,9 +177,6 @@ def test_a_wrong_candidate_never_passes_a_script_check(trick):
 
 SHARED_INTERPRETER = {
     "the tests read, and answered from": "the tests import the candidate, so they are in its sandbox to read",
-    "an object equal to everything": "an object of the candidate's own class decides its own ==",
-    "a bool-ish object": "an object of the candidate's own class decides its own ==",
-    "a hostile repr": "an object of the candidate's own class decides its own ==",
 }
 """What a pytest check, which runs the tests in the candidate's interpreter, does not stop (docs/checks.md):
 the script check does, and the suite runs these against it above."""
@@ -203,6 +200,18 @@ def test_what_a_pytest_check_does_not_stop_is_what_the_docs_say(trick, tmp_path)
     tests = tmp_path / "test_solution.py"
     tests.write_text(TEST_FILE)
     assert PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext()).ok
+
+
+def test_an_honest_candidate_with_classes_of_its_own_passes_a_pytest_check(tmp_path):
+    tests = tmp_path / "test_solution.py"
+    tests.write_text("from solution import Point, move\n\n\ndef test_move():\n"
+                     "    assert move(Point(1, 2)) == Point(2, 2)\n    assert move(Point(1, 2)) != Point(0, 0)\n")
+    # A dataclass, and a namedtuple with defaults (whose generated __new__ gets its defaults set): no tampering.
+    candidate = ("import collections, inspect\nfrom dataclasses import dataclass\n\n"
+                 "Pair = collections.namedtuple('Pair', 'a b', defaults=(0,))\n\n"
+                 "@dataclass\nclass Point:\n    x: int\n    y: int\n\n"
+                 "def move(p):\n    return Point(p.x + Pair(1).a, p.y)\n")
+    assert PytestCheck(tests, sandbox=SANDBOX).run(candidate, CheckContext()).ok
 
 
 def test_a_script_check_s_candidate_cannot_read_the_tests():

@@ -195,15 +195,40 @@ _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _PROC_FD = re.compile(r"^/(?:proc/[^/]+/(?:fd|fdinfo|mem|environ|task)|dev/fd)(?:/|$)")
 
 
+def _guarded_code(tests: str) -> Callable[[Any], bool]:
+    """Whether a function's code is one a forger would rewrite: a function of the test file, of pytest,
+    pluggy or unittest (which the tests' assertions run through), or of this harness. Told by where its
+    current code was compiled and by the globals it closes over, neither of which can change without
+    replacing the code itself. Other code is the candidate's business (namedtuple sets the defaults of the
+    __new__ it generates, for one)."""
+    import importlib.util
+
+    folders = []
+    for package in ("_pytest", "pytest", "pluggy", "unittest"):
+        spec = importlib.util.find_spec(package)
+        folders += [os.path.join(folder, "") for folder in (spec.submodule_search_locations or [])] if spec else []
+    prefixes, harness = tuple(folders), globals()
+
+    def guarded(target: Any) -> bool:
+        try:
+            filename = target.__code__.co_filename
+            return filename == tests or filename.startswith(prefixes) or target.__globals__ is harness
+        except Exception:
+            return False
+
+    return guarded
+
+
 def _guard(finish: Finish, test_file: str) -> None:
-    """An audit hook (it cannot be removed) that reports tampering the moment code under test replaces a
-    function's code, walks the garbage collector, traces frames, forks, reads or calls through ctypes
-    (loading a library, as importing numpy does, is no tampering), or opens a process's descriptors or memory
-    through /proc: it writes a line on the report channel at once, so the report cannot come out clean
-    whatever the code does next. Code under test is any frame of a file in the scratch directory other than
-    the test file."""
+    """An audit hook (it cannot be removed) that reports tampering the moment code under test replaces the
+    code of a test, pytest or harness function (`_guarded_code`), walks the garbage collector, traces
+    frames, forks, reads or calls through ctypes (loading a library, as importing numpy does, is no
+    tampering), or opens a process's descriptors or memory through /proc: it writes a line on the report
+    channel at once, so the report cannot come out clean whatever the code does next. Code under test is
+    any frame of a file in the scratch directory other than the test file."""
     scratch, tests = os.getcwd() + os.sep, os.path.abspath(test_file)
     busy, tampered, getframe = [False], finish.tampered, sys._getframe  # type: ignore[attr-defined]
+    guarded = _guarded_code(tests)
 
     def by_candidate() -> bool:
         frame: Any = getframe(2)
@@ -218,7 +243,8 @@ def _guard(finish: Finish, test_file: str) -> None:
         if busy[0]:
             return
         suspect = (event in _SUSPECT_EVENTS or (event.startswith("ctypes.") and event != "ctypes.dlopen")
-                   or (event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
+                   or (event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS
+                       and guarded(args[0]))
                    or (event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str)
                        and bool(_PROC_FD.match(args[0]))))
         if not suspect:
@@ -234,12 +260,13 @@ def _guard(finish: Finish, test_file: str) -> None:
     sys.addaudithook(hook)
 
 
-def _shield(module_name: str) -> None:
+def _shield(module_name: str, tampered: Callable[[str], None]) -> None:
     """Import the candidate's module before the tests do, and wrap each function it defines so that a value
     of a subclass of a plain type (an int that says it equals everything, a Counter) reaches the tests as the
     plain value it holds (_wire.encode's rule). An object of a class of the candidate's own still reaches them
-    as it is: in a shared interpreter it decides its own ==, as the tests wrote it to (a script check lets no
-    such object cross). A module that fails to import is left for pytest to report."""
+    as it is, and decides its own ==, as the tests wrote it to; one that says it equals a bare object() it has
+    never seen equals anything, and is reported as tampering (a script check lets no such object cross). A
+    module that fails to import is left for pytest to report."""
     import functools
     import importlib
     import types
@@ -253,23 +280,30 @@ def _shield(module_name: str) -> None:
         sys.path.pop(0)
     for name, value in list(vars(module).items()):
         if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            setattr(module, name, functools.wraps(value)(_plain_results(value)))
+            setattr(module, name, functools.wraps(value)(_plain_results(value, tampered)))
 
 
-def _plain_results(function: Any) -> Any:
+def _plain_results(function: Any, tampered: Callable[[str], None]) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         value = function(*args, **kwargs)
         try:
             return decode(encode(value))
         except Exception:  # no plain data: the object as it is
-            return value
+            pass
+        try:
+            anything = bool(value == object())
+        except Exception:
+            anything = False
+        if anything:
+            tampered(f"{function.__name__} returned a {type(value).__name__} that equals anything")
+        return value
 
     return call
 
 
 def run_pytest(finish: Finish, test_file: str, module_name: str = "solution") -> NoReturn:
     _guard(finish, test_file)
-    _shield(module_name)
+    _shield(module_name, finish.tampered)  # type: ignore[attr-defined]
     import pytest
 
     # Bound before the tests run: what checks their outcome must not be rebindable by the code under test.
