@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,16 @@ class Model(ABC):
     answers_by_role: ClassVar[bool] = False
     """The backend's `_generate` takes `role=` (generator, reflector, planner, evaluator): the test model
     answers each role from its own script. Every other backend leaves this False and is never passed one."""
+    seed: int = 0
+    """The seed of a call sampled at a temperature above 0, on backends that take one (the local model, an
+    OpenAI-compatible server): the same prompt, temperature and seed give the same reply."""
+
+    def reseeded(self, seed: int) -> Model:
+        """This model with another sampling seed (a shallow copy: the loaded weights and connections are
+        shared): what gives independent samples of one prompt."""
+        twin = copy.copy(self)
+        twin.seed = seed
+        return twin
 
     def complete(
         self,

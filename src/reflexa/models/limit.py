@@ -12,6 +12,7 @@ threads, and among each loop's coroutines, not across the two).
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import weakref
 from typing import Any
@@ -60,6 +61,11 @@ class LimitedModel(Model):
         self.name, self.spec = inner.name, inner.spec
         self.key = backend_key(inner)
         self._slots = slots(self.key, limit)
+
+    def reseeded(self, seed: int) -> Model:
+        twin = copy.copy(self)
+        twin.inner = self.inner.reseeded(seed)
+        return twin
 
     def complete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None,

@@ -187,9 +187,9 @@ class LocalModel(Model):
         on_token: OnToken | None = None, time_left: float | None = None,
     ) -> Generation:
         deadline = None if time_left is None else time.monotonic() + time_left
-        # A fixed seed: a sampled reply is the same on every run, like a greedy one.
+        # A fixed seed: a sampled reply is the same on every run, like a greedy one (`reseeded` for another).
         kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
-                                  "seed": 0}
+                                  "seed": self.seed}
         if json_schema is not None:
             kwargs["grammar"] = json_grammar(json.dumps(json_schema))  # key order is the grammar's field order
         llama = self.llama

@@ -184,6 +184,8 @@ class OpenAIModel(Model):
         """The chat-completions request: the schema in the form this server's profile takes."""
         profile = self.profile  # may fill self.model from the server's list
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": temperature}
+        if temperature > 0:
+            kwargs["seed"] = self.seed
         if profile.extra_body:
             kwargs["extra_body"] = profile.extra_body
         if json_schema is not None:

@@ -4,15 +4,16 @@ call its loop with them. Every face comes through here, so a resumed run is rebu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..evaluate.answer import Validator, answer_validator
-from ..evaluate.checks import Check
+from ..evaluate.checks import Check, CheckContext
 from ..loops import Session
 from ..search.base import SearchBackend
 from ..tools.registry import ToolRegistry
-from ..types import Budget, Lesson, Result
+from ..types import Budget, Lesson, Result, Signal
 from .inputs import load_schema, plan_tree
 from .spec import TaskSpec
 
@@ -25,6 +26,8 @@ def run_spec(spec: TaskSpec, session: Session | None = None, *, resume: str | No
     Result; the run's record keeps the spec."""
     spec = spec.checked()
     session = session or spec_session(spec)
+    if spec.seed is not None:
+        session = replace(session, model=session.resolved_model().reseeded(spec.seed))
     return RUNNERS[spec.loop](spec, session, resume, {"spec": _pinned(spec, session).dump(), **(meta or {})})
 
 
@@ -79,7 +82,18 @@ def checks(spec: TaskSpec) -> list[Check]:
         found.append(JsonSchemaCheck(schema))
     if spec.judge:
         found.append(LLMJudge())
-    return found
+    return [Preluded(check, spec.prelude) for check in found] if spec.prelude else found
+
+
+class Preluded:
+    """`inner`, run on `prelude` + the candidate: a task's stub or imports in front of the reply."""
+
+    def __init__(self, inner: Check, prelude: str) -> None:
+        self.inner, self.prelude = inner, prelude.rstrip("\n") + "\n"
+        self.name, self.subjective = inner.name, inner.subjective
+
+    def run(self, candidate: str, context: CheckContext) -> Signal:
+        return self.inner.run(self.prelude + candidate, context)
 
 
 def tools(spec: TaskSpec) -> ToolRegistry:
@@ -120,7 +134,8 @@ def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
     from ..loops.refine import MAX_ATTEMPTS, refine
 
     return refine(spec.task, checks(spec), session=session, budget=spec.budget, reflect=spec.reflect,
-                  max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, meta=meta, resume=resume)
+                  max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, temperature=spec.temperature,
+                  meta=meta, resume=resume)
 
 
 def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any],

@@ -32,7 +32,7 @@ COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_token
                     "max_reflections", "reflect", "meta", "workdir"})
 TOOLS = frozenset({"db", "write", "validate_"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
-    "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context"}),
+    "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
@@ -81,6 +81,13 @@ class TaskSpec(BaseModel):
     context: Context = "feedback"
     """What a revision sees: the task and how the latest candidate failed (feedback), that candidate too
     (latest), or every earlier attempt (full)."""
+    prelude: str | None = None
+    """Python put before the candidate wherever it is checked: the imports, or the whole function stub, a
+    task's prompt gives (HumanEval's prompt, so that a reply with only the body runs as its harness runs it)."""
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    """The temperature of each attempt (0: greedy)."""
+    seed: int | None = None
+    """The sampling seed at a temperature above 0 (default: the model's, 0)."""
 
     # react, trials, plan: tools
     db: str | None = None
