@@ -3,7 +3,8 @@ shop database), the test model standing in for the configured one.
 
 - Every ```python block runs to exit 0, with the scripted replies its `REPLIES` key names.
 - Every `reflexa` line of a ```sh block runs: a command that runs a loop is checked whole with
-  `--save-spec` (its flags, files and spec; no model call), `reflexa batch` reads its tasks file, and the
+  `--save-spec` (its flags, files and spec; no model call), `reflexa batch` and `reflexa eval` read their
+  tasks file (and eval its strategies), and the
   commands that read the store or the machine (runs, show, models, experience, index) run for real.
 - `python examples/...` lines run for real. Other lines (make, pip, export) are the reader's to type.
 A ```text block is output or a command that needs something a test cannot have (a server, an API key).
@@ -118,7 +119,7 @@ def check_line(page, line, workspace):
     reflexa = [sys.executable, "-m", "reflexa.cli"]
     if words[0] == "python" and words[1].startswith("examples/"):
         done = run([sys.executable, *words[1:]], workspace)
-    elif words[0] != "reflexa" or words[1] not in RUN_COMMANDS | STORE_COMMANDS | {"batch"}:
+    elif words[0] != "reflexa" or words[1] not in RUN_COMMANDS | STORE_COMMANDS | {"batch", "eval"}:
         return  # the reader's to type: make, pip, export, or a command that needs a server
     elif words[1] in RUN_COMMANDS:
         saving = [] if "--save-spec" in words else ["--save-spec", str(workspace / "checked.json")]
@@ -128,6 +129,13 @@ def check_line(page, line, workspace):
         from reflexa.batch import read_tasks
 
         read_tasks(workspace / words[2])  # every line a valid spec whose files exist
+        return
+    elif words[1] == "eval":
+        from reflexa.eval import parse_strategies, read_dataset
+
+        read_dataset(str(workspace / words[2]), workspace / "eval-out")  # every line valid, its files there
+        if "--strategies" in words:
+            parse_strategies(words[words.index("--strategies") + 1])
         return
     else:
         done = run([*reflexa, *words[1:]], workspace)

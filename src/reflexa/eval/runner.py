@@ -1,0 +1,315 @@
+"""Running an eval: every strategy on every task, rows stored as they finish, resumed by (task, strategy).
+
+A task is the unit of work an executor runs (threads, or processes for the embedded model, or Ray): its
+strategies run one after another in `run_order`, so a budget-matched strategy finds the tokens of the one
+it matches, and drift over a long run hits every strategy alike. Each finished (task, strategy) row goes to
+the store at once; the rows file gets a task's rows when the task is done, and a re-run first copies into it
+what the store has. A strategy interrupted part way runs again from its start (each is deterministic:
+greedy, or sampled at a fixed seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..batch.results import ResultsFile
+from ..batch.worker import worker_model, worker_store
+from ..errors import ConfigError, ReflexaError
+from ..loops import Session
+from ..tasks import TaskSpec
+from ..types import Result
+from .dataset import EvalTask
+from .score import scored
+from .strategies import MAX_SAMPLES, Strategy, run_order
+
+ANSWER_CHARS = 4000
+"""A row keeps at most this much of the final answer (the full one is in the run's trace)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    """What every worker needs; plain data, so it travels to other processes."""
+
+    eval_id: str
+    store: str
+    strategies: tuple[Strategy, ...]
+    model: str | None = None
+    reflector_model: str | None = None
+    connections: int | None = None
+
+
+def eval_id(dataset: Path, options: dict[str, Any]) -> str:
+    """The eval's identity: the dataset's content and the models. The same command resumes; a changed
+    dataset or model is a new eval. Rows are keyed by (task, strategy), so another strategy or more tasks
+    of the same dataset run only what has no row yet."""
+    digest = hashlib.sha256(dataset.read_bytes())
+    digest.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:12]
+
+
+def namespace(ident: str) -> str:
+    return f"eval:{ident}"
+
+
+def row_key(task: str, strategy: str) -> str:
+    return f"{task}::{strategy}"
+
+
+# --- one task, every strategy ----------------------------------------------------------------------------
+
+def run_eval_task(config: EvalConfig, task: EvalTask, index: int) -> list[dict[str, Any]]:
+    """Every strategy of the eval on `task` that the store has no row for; returns all of the task's rows."""
+    store = worker_store(config.store)
+    ns = namespace(config.eval_id)
+    rows: dict[str, dict[str, Any]] = {}
+    for strategy in run_order([s for s in config.strategies if s.applies(task.spec)], index):
+        key = row_key(task.id, strategy.name)
+        done = store.get(ns, key)
+        if done is None:
+            budget = rows[strategy.match]["tokens"] if strategy.match is not None else None
+            done = _row(config, task, strategy, budget)
+            store.put(ns, key, done)
+        rows[strategy.name] = done
+    return [rows[s.name] for s in config.strategies if s.name in rows]
+
+
+def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | None) -> dict[str, Any]:
+    started = time.monotonic()
+    session = _session(config, task.spec)
+    meta = {"eval": config.eval_id, "eval_task": task.id, "strategy": strategy.name}
+    try:
+        if strategy.resamples:
+            outcome = _resample(strategy, task, session, meta, budget)
+        else:
+            outcome = _once(strategy.spec_for(task.spec), session, meta)
+    except ReflexaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug in a check or in reflexa: the row says so, the eval goes on
+        outcome = Outcome(stop_reason="ERROR", error=f"{type(exc).__name__}: {exc}"[:500])
+    seconds = time.monotonic() - started  # the strategy's own time; scoring is not counted
+    passed = scored(task, outcome.answer, outcome.visible)
+    first = None
+    if outcome.first is not None:
+        first = passed if outcome.first == outcome.answer else scored(task, outcome.first, outcome.first_visible)
+    return {"batch": config.eval_id, "key": row_key(task.id, strategy.name), "task": task.id,
+            "strategy": strategy.name, "loop": task.spec.loop, "passed": passed, "visible": outcome.visible,
+            "first_passed": first, "tokens": outcome.tokens, "calls": outcome.calls, "seconds": round(seconds, 3),
+            "stop_reason": outcome.stop_reason, "samples": outcome.samples, "run_ids": outcome.run_ids,
+            "answer": (outcome.answer or "")[:ANSWER_CHARS], "error": outcome.error, "meta": task.spec.meta}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a strategy did on a task, before scoring."""
+
+    answer: str | None = None
+    visible: bool = False
+    """The run ended PASSED: the visible checks (or the loop's validator) passed."""
+    first: str | None = None
+    """refine: the first attempt's candidate (None for other loops)."""
+    first_visible: bool = False
+    tokens: int = 0
+    calls: int = 0
+    stop_reason: str = ""
+    samples: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def add(self, result: Result) -> None:
+        usage = result.total_usage
+        self.tokens += usage.total_tokens
+        self.calls += usage.calls
+        self.run_ids.append(result.run_id)
+        self.samples += 1
+
+
+def _session(config: EvalConfig, spec: TaskSpec) -> Session:
+    """A session on the eval's store with no experience library and no governor: no strategy learns from
+    another's runs."""
+    reflector = spec.reflector_model if spec.reflector_model is not None else config.reflector_model
+    return Session(model=worker_model(spec.model or config.model, config.connections),
+                   store=worker_store(config.store),
+                   reflector_model=worker_model(reflector, config.connections) if reflector else None)
+
+
+def _once(spec: TaskSpec, session: Session, meta: dict[str, Any]) -> Outcome:
+    result = spec.run(session, meta=meta)
+    outcome = Outcome(answer=result.best or result.output, visible=result.stop_reason.value == "PASSED",
+                      stop_reason=result.stop_reason.value, error=result.error)
+    outcome.add(result)
+    if spec.loop == "refine":
+        from ..loops.refine import Attempt
+
+        attempts = [p.candidate for p in (s.payload() for s in session.store.steps(result.run_id))
+                    if isinstance(p, Attempt)]
+        if attempts:
+            outcome.first = attempts[0]
+            outcome.first_visible = outcome.visible if len(attempts) == 1 else False
+    return outcome
+
+
+def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[str, Any],
+              budget: int | None) -> Outcome:
+    """Fresh one-attempt samples until one passes the visible checks, K are spent, or (budget-matched)
+    the tokens reach `budget`; the last sample's answer stands when none passes."""
+    outcome = Outcome()
+    samples = strategy.samples or MAX_SAMPLES
+    for index in range(samples):
+        if budget is not None and outcome.tokens >= budget:
+            break
+        spec = strategy.sample(task.spec, index)
+        if budget is not None:
+            spec = spec.with_options(max_tokens=max(1, budget - outcome.tokens))
+        sample = _once(spec, session, {**meta, "sample": index})
+        if index == 0:
+            outcome.first, outcome.first_visible = sample.first, sample.visible
+        outcome.tokens, outcome.calls = outcome.tokens + sample.tokens, outcome.calls + sample.calls
+        outcome.run_ids += sample.run_ids
+        outcome.samples += 1
+        outcome.answer, outcome.visible, outcome.stop_reason = sample.answer, sample.visible, sample.stop_reason
+        outcome.error = sample.error
+        if sample.visible:
+            break
+    if outcome.samples == 0:
+        outcome.stop_reason = "BUDGET_EXHAUSTED"
+    return outcome
+
+
+# --- the driver -------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class EvalProgress:
+    """Where an eval stands; given to the `progress` callback after every change."""
+
+    eval_id: str
+    tasks: int
+    done: int = 0
+    """Tasks whose every strategy has a row (those done before included)."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+
+class EvalInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, as BatchInterrupted
+    """Ctrl-C stopped the eval. Every row stored so far is kept; the same command finishes the rest."""
+
+    def __init__(self, progress: EvalProgress) -> None:
+        super().__init__(f"eval {progress.eval_id} interrupted")
+        self.progress = progress
+
+
+def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path, store: str, out: Path,
+             model: str | None = None, reflector_model: str | None = None, concurrency: int = 1,
+             executor: str = "local", address: str | None = None, connections: int | None = None,
+             progress: Callable[[EvalProgress], None] | None = None) -> EvalProgress:
+    """Run every strategy on every task the store has no row for; rows go to OUT/rows.jsonl. Returns the
+    final progress, whose `rows` are every row of the eval's tasks and strategies."""
+    from ..batch.runner import _models, pick_executor
+    from ..trace.postgres import is_url
+
+    if concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
+    if executor not in ("local", "threads", "processes", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}", hint="use local, threads, processes or ray")
+    model, reflector_model = _models(model, reflector_model)
+    store = store if is_url(store) else str(Path(store).resolve())
+    ident = eval_id(dataset, {"model": model, "reflector_model": reflector_model})
+    config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections)
+    results = ResultsFile(out / "rows.jsonl", ident)
+    state = EvalProgress(ident, len(tasks))
+    shared = worker_store(store)
+    owner = f"eval-driver:{os.getpid()}"
+    from ..errors import RunLeased
+
+    try:
+        shared.acquire_lease(namespace(ident), owner, os.getpid())
+    except RunLeased as exc:
+        results.close()
+        raise ConfigError(f"eval {ident} is already running: pid {exc.pid} on {exc.host}") from None
+    try:
+        todo = _collect_done(tasks, config, shared, results, state)
+        if progress:
+            progress(state)
+        if todo:
+            _drive(todo, config, pick_executor(executor, model), concurrency, address, results, state, progress)
+    finally:
+        shared.release_lease(namespace(ident), owner)
+        results.close()
+    order = {(t.id, s.name): i for i, (t, s) in enumerate((t, s) for t in tasks for s in strategies)}
+    state.rows.sort(key=lambda row: order.get((row["task"], row["strategy"]), len(order)))
+    return state
+
+
+def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results: ResultsFile,
+                  state: EvalProgress) -> list[tuple[int, EvalTask]]:
+    """The tasks with a strategy still to run; the rows the store has go to the results file now."""
+    stored = dict(store.items(namespace(config.eval_id)))
+    todo = []
+    for index, task in enumerate(tasks):
+        rows = [stored.get(row_key(task.id, s.name)) for s in config.strategies if s.applies(task.spec)]
+        for row in rows:
+            if row is not None:
+                results.append(row, sync=False)
+                state.rows.append(row)
+        if all(row is not None for row in rows):
+            state.done += 1
+        else:
+            todo.append((index, task))
+    results.sync()
+    return todo
+
+
+def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, concurrency: int,
+           address: str | None, results: ResultsFile, state: EvalProgress,
+           progress: Callable[[EvalProgress], None] | None) -> None:
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+    submit, shutdown = _executor(kind, concurrency, address)
+    waiting = iter(todo)
+    inflight: dict[Future[list[dict[str, Any]]], EvalTask] = {}
+    try:
+        while True:
+            while len(inflight) < concurrency and (item := next(waiting, None)) is not None:
+                inflight[submit(config, item[1], item[0])] = item[1]
+            if not inflight:
+                break
+            finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            for future in finished:
+                inflight.pop(future)
+                for row in future.result():
+                    if results.append(row, sync=False):
+                        state.rows.append(row)
+                state.done += 1
+            results.sync()
+            if progress:
+                progress(state)
+    except KeyboardInterrupt:
+        shutdown()
+        raise EvalInterrupted(state) from None
+    finally:
+        shutdown()
+
+
+def _executor(kind: str, concurrency: int, address: str | None) -> tuple[Callable[..., Any], Callable[[], None]]:
+    """submit(config, task, index) -> Future of the task's rows, and a shutdown."""
+    from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+
+    if kind == "ray":
+        from ..batch.ray_executor import RayExecutor
+
+        ray = RayExecutor(None, concurrency, address, work=run_eval_task)
+        return ray.submit_call, ray.shutdown
+    pool: Executor
+    if kind == "processes":
+        import multiprocessing
+
+        pool = ProcessPoolExecutor(concurrency, mp_context=multiprocessing.get_context("spawn"))
+    else:
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reflexa-eval")
+    return (lambda *args: pool.submit(run_eval_task, *args)), (lambda: pool.shutdown(wait=False, cancel_futures=True))

