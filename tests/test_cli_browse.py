@@ -242,3 +242,36 @@ def test_a_batch_task_s_run_is_resumed_by_its_batch_and_show_says_so(store):
     resumed = invoke("resume", "beadbead")
     assert resumed.exit_code == 2 and "is task q of a batch" in resumed.output
     assert "Traceback" not in resumed.output and "internal error" not in resumed.output
+
+
+def test_a_plan_s_sub_goal_runs_are_listed_under_it_with_the_plan_s_own_tokens(shop, tmp_path):
+    """`reflexa runs` and the viewer list a plan's sub-goal runs under the plan, and show the same tokens."""
+    from reflexa import ScriptedModel, Session, plan, sql_tools
+
+    def act(tool, **args):
+        return {"action": {"thought": f"call {tool}", "tool": tool, "args": args}}
+
+    trace = SQLiteStore(tmp_path / "plan.db")
+    model = ScriptedModel(planner=[{"goal": "city of the buyer of order 5", "subgoals": [
+        {"name": "buyer", "task": "Which customer id placed order 5?"},
+        {"name": "city", "task": "Which city does that customer live in?", "depends_on": ["buyer"]}]}],
+        generator=[act("query", sql="SELECT customer_id FROM orders WHERE id = 5"), act("final_answer", answer="4"),
+                   act("query", sql="SELECT city FROM customers WHERE id = 4"), act("final_answer", answer="Osaka")])
+    result = plan("Which city does the buyer of order 5 live in?", sql_tools(shop), session=Session(model=model,
+                                                                                                     store=trace))
+    trace.close()
+    listed = json.loads(invoke("runs", "--json", "--limit", "1", "--trace", str(tmp_path / "plan.db")).output)
+    assert [run["run_id"] for run in listed][0] == result.run_id  # the limit counts the plan, not its children
+    assert len(listed) == 3 and all(run["parent"] == result.run_id for run in listed[1:])
+    table = invoke("runs", "--trace", str(tmp_path / "plan.db")).output
+    assert table.count("└ ") == 2
+    cli_tokens = listed[0]["input_tokens"] + listed[0]["output_tokens"]
+    assert cli_tokens == result.total_usage.total_tokens > 0
+
+    pytest.importorskip("fastapi")
+    from reflexa.ui.store import ReadOnlyStore
+
+    rows = ReadOnlyStore(tmp_path / "plan.db").search_runs()
+    assert [(row.record.run_id, row.child) for row in rows][0] == (result.run_id, False)
+    assert [row.child for row in rows] == [False, True, True]
+    assert rows[0].tokens == cli_tokens  # the viewer shows the plan's own total, children included

@@ -125,3 +125,44 @@ def test_an_injected_script_does_not_run(trace, serve, page):
     assert page.get_by_text("<script>window.__pwned=1</script>", exact=False).first.is_visible()
     screenshot(page, "injected-script-run")
     assert dialogs == [] and page.errors == []
+
+
+def test_an_eval_s_table_chart_and_grid_link_to_its_runs(tmp_path, serve, page):
+    """`reflexa eval` on the test model, then its page: the report table, the Pareto chart (one point per
+    strategy), and a task × strategy grid whose marks open the runs behind them."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from reflexa.cli.app import app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in [
+        {"id": "a", "task": "say GOOD", "regex": "GOOD", "score": {"regex": "^GOOD$"}},
+        {"id": "b", "task": "say GOOD twice", "regex": "GOOD", "score": {"regex": "GOOD\\s+GOOD"}}]))
+    (tmp_path / "model.json").write_text(json.dumps({"generator": [BAD, "```\nGOOD\n```"] + ["```\nGOOD\n```"] * 4,
+                                                     "reflector": []}))
+    trace = tmp_path / "trace.db"
+    done = CliRunner().invoke(app, ["eval", str(data), "-s", "single,resample@2,refine:reflect=off", "-m",
+                                    f"scripted:{tmp_path / 'model.json'}", "--trace", str(trace), "-o",
+                                    str(tmp_path / "out"), "--json"])
+    assert done.exit_code == 0, done.output
+    ident = json.loads(done.output)["eval"]
+    url = serve(trace)
+    page.goto(f"{url}evals")
+    page.click(f"a[href='/evals/{ident}']")
+    page.wait_for_url(f"**/evals/{ident}")
+    rows = page.locator("table.report tbody tr")
+    assert rows.count() == 3
+    assert rows.nth(0).locator("td").nth(2).inner_text() == "0"  # single solved nothing
+    assert rows.nth(1).locator("td").nth(2).inner_text() == "1"  # resample@2 solved a
+    assert page.locator("svg.scatter circle.point").count() == 3
+    grid = page.locator("table.grid tbody tr")
+    assert grid.count() == 2
+    assert grid.nth(1).locator("td.cell").nth(1).inner_text() == "◐"  # b: passed the visible check only
+    assert "vs single" in page.locator("ul.comparisons").inner_text()
+    screenshot(page, "eval")
+    grid.nth(0).locator("td.cell a").nth(1).click()
+    page.wait_for_url("**/runs/*")
+    assert page.locator("#timeline > li.step").count() > 0
+    assert page.errors == []

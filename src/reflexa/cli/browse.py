@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..trace.store import RunRecord, Store, shown_status
+from ..trace.store import RunRecord, Store, shown_status, under_parents
 from ..types import StopReason
 from .render import View, counters_line, last_plan_tree, usage_table
 
@@ -51,20 +51,35 @@ def parse_status(text: str) -> str:
 
 def select_runs(store: Store, *, limit: int, loop: str | None, status: str | None,
                 since: float | None) -> list[tuple[RunRecord, str]]:
-    """Runs newest first, each with the status a reader should see (see `shown_status`). "running" and
-    "stale" are told apart here, by the lease, since the store keeps both as running."""
+    """`limit` runs newest first, each with the status a reader should see (see `shown_status`), and under
+    each the runs of its sub-goals or trials (`under_parents`), which the limit does not count. "running"
+    and "stale" are told apart here, by the lease, since the store keeps both as running."""
     stored = "running" if status in ("running", "stale") else status
     now = time.time()
-    picked: list[tuple[RunRecord, str]] = []
-    # A live/stale filter drops rows after the query, so ask for more than the limit (bounded).
-    for record in store.runs(limit if stored == status else limit * 10, loop=loop, status=stored, since=since):
+    picked: dict[str, tuple[RunRecord, str]] = {}
+    # Children and a live/stale filter take rows from the limit, so read a bounded window beyond it.
+    for record in store.runs(limit * WINDOW, loop=loop, status=stored, since=since):
         shown = shown_status(record, store.lease(record.run_id), now)
-        if status in ("running", "stale") and shown != status:
-            continue
-        picked.append((record, shown))
-        if len(picked) == limit:
-            break
-    return picked
+        if status not in ("running", "stale") or shown == status:
+            picked[record.run_id] = (record, shown)
+    out: list[tuple[RunRecord, str]] = []
+    tops = 0
+    for record, child in under_parents([record for record, _ in picked.values()]):
+        if not child:
+            if tops == limit:
+                break
+            tops += 1
+        out.append(picked[record.run_id])
+    return out
+
+
+WINDOW = 10
+"""`runs` reads up to WINDOW × --limit runs to find the children of the ones it lists."""
+
+
+def is_child(record: RunRecord, listed: set[str]) -> bool:
+    """A run listed under its parent (a plan's sub-goal, a trial)."""
+    return record.meta.get("parent") in listed
 
 
 def duration(record: RunRecord, now: float | None = None) -> float | None:
@@ -105,6 +120,7 @@ def run_data(record: RunRecord, status: str) -> dict[str, Any]:
                      if record.ended_at is not None else None),
         "duration_seconds": round(took, 3) if took is not None else None,
         "model": record.meta.get("model"), **_tokens(record), "task": record.task,
+        "parent": record.meta.get("parent"),
     }
 
 
@@ -119,6 +135,7 @@ def runs_table(rows: list[tuple[RunRecord, str]], width: int) -> Table:
     as its widest cell; model and task share what is left and are cut with an ellipsis, so a row never
     wraps. On a narrow terminal the model column is left out (see TASK_MIN_WIDTH)."""
     cells = []
+    listed = {record.run_id for record, _ in rows}
     for record, status in rows:
         label = record.stop_reason if status in ("finished", "interrupted") and record.stop_reason else status
         label = SHORT_LABELS.get(label, label)
@@ -127,7 +144,7 @@ def runs_table(rows: list[tuple[RunRecord, str]], width: int) -> Table:
                       datetime.fromtimestamp(record.started_at).strftime("%m-%d %H:%M"),
                       human_duration(duration(record) if status != "stale" else None),
                       str(record.meta.get("model") or "-"), str(tokens["input_tokens"] + tokens["output_tokens"]),
-                      _first_line(record.task)))
+                      ("└ " if is_child(record, listed) else "") + _first_line(record.task)))
     names = ("run", "loop", "status", "started", "took", "model", "tokens", "task")
     fits = dict(zip(names, (max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(names)),
                     strict=True))

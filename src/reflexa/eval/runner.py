@@ -54,7 +54,12 @@ def eval_id(dataset: Path, options: dict[str, Any]) -> str:
     return digest.hexdigest()[:12]
 
 
+EVALS = "evals"
+"""The store's record of every eval (its dataset, strategies, models): what the viewer's Evals page lists."""
+
+
 def namespace(ident: str) -> str:
+    """Where an eval keeps its rows, one record per (task, strategy)."""
     return f"eval:{ident}"
 
 
@@ -232,6 +237,10 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
     except RunLeased as exc:
         results.close()
         raise ConfigError(f"eval {ident} is already running: pid {exc.pid} on {exc.host}") from None
+    header = shared.get(EVALS, ident) or {"started": time.time()}
+    names = list(dict.fromkeys([*header.get("strategies", []), *(s.name for s in strategies)]))
+    shared.put(EVALS, ident, {**header, "dataset": str(dataset), "model": model, "reflector_model": reflector_model,
+                              "strategies": names, "updated": time.time()})
     try:
         todo = _collect_done(tasks, config, shared, results, state)
         if progress:

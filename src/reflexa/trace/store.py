@@ -366,3 +366,31 @@ def apply_incr(value: dict[str, Any], fields: Mapping[str, int | float],
         value[name] = (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0) + delta
     value.update(assign or {})
     return value
+
+
+def under_parents(records: list[RunRecord]) -> list[tuple[RunRecord, bool]]:
+    """`records` in their order, except that a run whose parent (`meta["parent"]`: a plan's sub-goal, a
+    trial) is among them follows that parent, oldest first; each with whether it is such a child."""
+    listed = {record.run_id for record in records}
+    children: dict[str, list[RunRecord]] = {}
+    top = []
+    for record in records:
+        parent = record.meta.get("parent") if isinstance(record.meta, dict) else None
+        if isinstance(parent, str) and parent in listed and parent != record.run_id:
+            children.setdefault(parent, []).append(record)
+        else:
+            top.append(record)
+    out: list[tuple[RunRecord, bool]] = []
+
+    def emit(record: RunRecord, child: bool) -> None:
+        out.append((record, child))
+        for kid in sorted(children.pop(record.run_id, []), key=lambda r: r.started_at):
+            emit(kid, True)
+
+    for record in top:
+        emit(record, False)
+    for kids in list(children.values()):  # a cycle of parents (a hand-edited store): still listed, once each
+        for kid in kids:
+            if all(kid is not shown for shown, _ in out):
+                out.append((kid, True))
+    return out

@@ -29,7 +29,7 @@ from ..reflect.governor import NAMESPACE as GOVERNOR
 from ..reflect.governor import Governor, Stats, wilson_upper
 from ..trace.store import RunRecord
 from ..types import StopReason, Usage
-from .charts import Bar, bar_chart
+from .charts import Bar, Point, bar_chart, scatter_chart
 from .store import SORTS, ReadOnlyStore
 from .views import Timeline, citations, clip, usage_of
 
@@ -106,6 +106,7 @@ def create_app(trace: str | Path, *, allowed_hosts: list[str] | None = None) -> 
     pages = Pages(store, environment())
     _run_routes(app, pages)
     _engine_routes(app, pages)
+    _eval_routes(app, pages)
     _metrics_route(app)
     wrapped: Any = SecurityHeaders
     app.add_middleware(wrapped)
@@ -224,6 +225,38 @@ class GovernorRow:
         upper = wilson_upper(stats.conversions, stats.samples)
         return cls(model, family, stats, stats.conversions / stats.samples if stats.samples else None, upper,
                    stats.samples >= governor.min_samples and upper < governor.min_rate)
+
+
+def _eval_routes(app: FastAPI, pages: Pages) -> None:
+    """The evals list and one eval's report: its table, the Pareto chart, the task × strategy grid."""
+    from ..eval.report import comparison_line, summarise
+    from ..eval.runner import EVALS, namespace
+
+    store = pages.store
+
+    @app.get("/evals", response_class=HTMLResponse)
+    def evals_page() -> HTMLResponse:
+        evals = sorted(store.items(EVALS), key=lambda item: -float(item[1].get("updated", 0)))
+        counts = {ident: len(store.items(namespace(ident))) for ident, _ in evals}
+        return pages.page("evals.html", title="evals", evals=evals, counts=counts)
+
+    @app.get("/evals/{eval_id}", response_class=HTMLResponse)
+    def eval_page(eval_id: str) -> HTMLResponse:
+        header = store.get(EVALS, eval_id)
+        if header is None:
+            return pages.not_found(f"no eval has the id {eval_id!r}")
+        names = list(header.get("strategies", []))
+        rows = [row for _, row in store.items(namespace(eval_id)) if row.get("strategy") in names]
+        report = summarise(rows, names)
+        chart = scatter_chart([Point(name, s["tokens_per_task"] or 0.0, s["solved"])
+                               for name, s in report["strategies"].items() if s["tasks"]],
+                              title="solved against tokens per task", x_label="tokens per task", y_label="solved")
+        grid: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            grid.setdefault(row["task"], {})[row["strategy"]] = row
+        return pages.page("eval.html", title=f"eval {eval_id}", eval_id=eval_id, header=header, names=names,
+                          report=report, chart=chart, grid=grid,
+                          comparisons=[comparison_line(c) for c in report["comparisons"]])
 
 
 def _metrics_route(app: FastAPI) -> None:

@@ -61,3 +61,50 @@ def bar_chart(bars: Sequence[Bar], *, title: str, scale: float | None = None) ->
         out.append(f'<text class="value" x="{x + 6:.1f}" y="{y + BAR_HEIGHT - 5}">{escape(text)}</text>')
     out.append("</svg>")
     return Markup("".join(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One labelled point of a scatter chart."""
+
+    label: str
+    x: float
+    y: float
+
+
+PLOT_WIDTH = 560
+PLOT_HEIGHT = 300
+MARGIN = 48
+
+
+def scatter_chart(points: Sequence[Point], *, title: str, x_label: str, y_label: str) -> Markup:
+    """Labelled points on axes that start at 0 (the Pareto view: solved against cost, up and to the left is
+    better)."""
+    if not points:
+        return Markup("")
+    top_x = max(p.x for p in points) * 1.1 or 1.0
+    top_y = max(p.y for p in points) * 1.1 or 1.0
+    width, height = PLOT_WIDTH + 2 * MARGIN + LABEL_WIDTH, PLOT_HEIGHT + 2 * MARGIN
+
+    def at(p: Point) -> tuple[float, float]:
+        return MARGIN + p.x / top_x * PLOT_WIDTH, MARGIN + PLOT_HEIGHT - p.y / top_y * PLOT_HEIGHT
+
+    bottom, right = MARGIN + PLOT_HEIGHT, MARGIN + PLOT_WIDTH
+    out = [f'<svg class="chart scatter" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+           f'<line class="axis" x1="{MARGIN}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
+           f'<line class="axis" x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{bottom}"/>',
+           f'<text class="label" x="{right}" y="{bottom + 32}" text-anchor="end">{escape(x_label)}</text>',
+           f'<text class="label" x="{MARGIN}" y="{MARGIN - 12}">{escape(y_label)}</text>',
+           f'<text class="value" x="{MARGIN}" y="{bottom + 16}" text-anchor="middle">0</text>',
+           f'<text class="value" x="{right}" y="{bottom + 16}" text-anchor="middle">{top_x / 1.1:.0f}</text>',
+           f'<text class="value" x="{MARGIN - 6}" y="{MARGIN + PLOT_HEIGHT - PLOT_HEIGHT / 1.1 + 4:.1f}" '
+           f'text-anchor="end">{top_y / 1.1:g}</text>']
+    for p in points:
+        x, y = at(p)
+        label = p.label if len(p.label) <= LABEL_CHARS else p.label[:LABEL_CHARS - 1] + "…"
+        out.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="5"><title>{escape(p.label)}: '
+                   f"{p.y:g} at {p.x:g}</title></circle>"
+                   f'<text class="label" x="{x + 8:.1f}" y="{y + 4:.1f}">{escape(label)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))

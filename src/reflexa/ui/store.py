@@ -37,6 +37,8 @@ class RunRow:
     """Seconds from start to end; for a run still going, to now."""
     live: bool
     """A running run whose process still holds its lease (False: finished, or killed while running)."""
+    child: bool = False
+    """A run of a plan's sub-goal or of a trial, listed under its parent run."""
 
 
 class ReadOnlyStore(ReadOnlySQLiteStore):
@@ -69,16 +71,21 @@ class ReadOnlyStore(ReadOnlySQLiteStore):
             SELECT * FROM (
                 SELECT runs.*, -- json_valid: a row written before non-finite numbers were stored as null
                     CASE WHEN json_valid(meta) THEN COALESCE(json_extract(meta, '$.model'), '') ELSE '' END AS model,
-                    (SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM steps s
-                     WHERE s.run_id = runs.run_id) AS tokens,
+                    -- a finished run's own total (a plan's and a trials run's include their children's),
+                    -- else what its stored steps have used so far
+                    COALESCE(CASE WHEN json_valid(result)
+                                  THEN json_extract(result, '$.total_usage.input_tokens')
+                                       + json_extract(result, '$.total_usage.output_tokens') END,
+                             (SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM steps s
+                              WHERE s.run_id = runs.run_id)) AS tokens,
                     (SELECT COUNT(*) FROM steps s WHERE s.run_id = runs.run_id) AS steps,
                     COALESCE(ended_at, ?) - started_at AS duration
                 FROM runs)
             WHERE {' AND '.join(where)}
             ORDER BY {order} {'DESC' if descending else 'ASC'}, started_at DESC LIMIT ?"""
         rows = self._read(sql, (time.time(), *params, max(1, min(limit, MAX_RUNS))))
-        return [RunRow(self._record(r), r["model"], r["tokens"], r["steps"], r["duration"],
-                       r["status"] == "running" and self.live(r["run_id"])) for r in rows]
+        return grouped([RunRow(self._record(r), r["model"], r["tokens"], r["steps"], r["duration"],
+                               r["status"] == "running" and self.live(r["run_id"])) for r in rows])
 
     def choices(self) -> dict[str, list[str]]:
         """The values the runs list can filter on: loops, statuses and stop reasons, models."""
@@ -108,3 +115,18 @@ class ReadOnlyStore(ReadOnlySQLiteStore):
         """Whether a live process holds the run's lease (the run is really going on)."""
         rows = self._read("SELECT * FROM leases WHERE run_id=?", (run_id,))
         return bool(rows) and Lease(**dict(rows[0])).live(time.time(), self.lease_ttl)
+
+
+def grouped(rows: list[RunRow]) -> list[RunRow]:
+    """The rows in their order, each run of a plan's sub-goal or of a trial moved right under its parent
+    (when the parent is listed), oldest child first."""
+    from ..trace.store import under_parents
+
+    order = under_parents([row.record for row in rows])
+    by_id = {row.record.run_id: row for row in rows}
+    out = []
+    for record, child in order:
+        row = by_id[record.run_id]
+        row.child = child
+        out.append(row)
+    return out
