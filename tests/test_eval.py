@@ -279,3 +279,30 @@ def test_resample_draws_greedy_first_then_each_sample_at_its_own_seed(tmp_path):
     outcome = _resample(strategy, task, Session(model=Seeds(), store=MemoryStore()), {}, None)
     assert Seeds.calls == [(0, 0.0), (1, 0.7), (2, 0.7)]  # the third sample passed: no fourth
     assert outcome.visible and outcome.samples == 3 and outcome.tokens == 45 and outcome.first == "bad"
+
+
+def test_a_call_strategies_share_is_made_once_and_billed_to_each(tmp_path):
+    from reflexa.eval.calls import CallCache, Ledger, SharedCalls
+    from reflexa.models.base import Generation, Model
+
+    class Counting(Model):
+        name = spec = "counting"
+        made = 0
+
+        def _generate(self, messages, json_schema, max_tokens, temperature):
+            Counting.made += 1
+            time.sleep(0.05)
+            return Generation(f"reply {Counting.made}", 10, 5)
+
+    cache, inner = CallCache(), Counting()
+    first, second = Ledger(), Ledger()
+    ask = [{"role": "user", "content": "hi"}]
+    a = SharedCalls(inner, cache, first).complete(ask)
+    b = SharedCalls(inner, cache, second).complete(ask)
+    assert (a.text, b.text, Counting.made) == ("reply 1", "reply 1", 1)
+    assert b.usage.total_tokens == 15 and (second.calls, first.calls) == (1, 0)
+    assert second.seconds >= 0.05  # billed the time the call took when it was made
+    sampled = SharedCalls(inner, cache, Ledger())
+    assert sampled.reseeded(1).complete(ask, temperature=0.7).text != sampled.reseeded(2).complete(
+        ask, temperature=0.7).text  # another seed is another call
+    assert SharedCalls(inner, cache, Ledger()).complete(ask, time_left=5.0).text == "reply 4"  # a timed call: made

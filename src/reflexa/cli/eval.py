@@ -43,6 +43,9 @@ def eval_command(
     executor: Annotated[str, option("KIND", "local (threads; processes for the embedded model), threads, "
                                     "processes or ray.")] = "local",
     address: Annotated[str | None, option("ADDRESS", "A Ray cluster to run on (default: a local Ray).")] = None,
+    share_calls: Annotated[bool, option(None, "Strategies on a task share their deterministic model calls, each "
+                                        "billed in full (default on; docs/eval.md).",
+                                        names=("--share-calls/--no-share-calls",))] = True,
     as_json: Annotated[bool, option(None, "No progress bar; print the report as JSON.", names=("--json",))] = False,
     as_markdown: Annotated[bool, option(None, "Print the report as a Markdown table.",
                                         names=("--markdown",))] = False,
@@ -65,7 +68,7 @@ def eval_command(
             raise ConfigError(f"--baselines names strategies not in --strategies: {', '.join(unknown)}")
         store = trace or trace_env() or str(default_path())
         state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
-                     concurrency=concurrency, executor=executor, address=address)
+                     concurrency=concurrency, executor=executor, address=address, share_calls=share_calls)
         from ..eval import summarise
 
         report: dict[str, Any] = {"eval": state.eval_id, "dataset": dataset, "model": model, "store": store,

@@ -23,8 +23,10 @@ from ..batch.results import ResultsFile
 from ..batch.worker import worker_model, worker_store
 from ..errors import ConfigError, ReflexaError
 from ..loops import Session
+from ..models.base import Model
 from ..tasks import TaskSpec
 from ..types import Result
+from .calls import CallCache, Ledger, SharedCalls
 from .dataset import EvalTask
 from .score import scored
 from .strategies import MAX_SAMPLES, Strategy, run_order
@@ -43,6 +45,8 @@ class EvalConfig:
     model: str | None = None
     reflector_model: str | None = None
     connections: int | None = None
+    share_calls: bool = True
+    """Strategies on one task share their deterministic model calls (calls.py)."""
 
 
 def eval_id(dataset: Path, options: dict[str, Any]) -> str:
@@ -74,20 +78,23 @@ def run_eval_task(config: EvalConfig, task: EvalTask, index: int) -> list[dict[s
     store = worker_store(config.store)
     ns = namespace(config.eval_id)
     rows: dict[str, dict[str, Any]] = {}
+    cache = CallCache()
     for strategy in run_order([s for s in config.strategies if s.applies(task.spec)], index):
         key = row_key(task.id, strategy.name)
         done = store.get(ns, key)
         if done is None:
             budget = rows[strategy.match]["tokens"] if strategy.match is not None else None
-            done = _row(config, task, strategy, budget)
+            done = _row(config, task, strategy, budget, cache)
             store.put(ns, key, done)
         rows[strategy.name] = done
     return [rows[s.name] for s in config.strategies if s.name in rows]
 
 
-def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | None) -> dict[str, Any]:
+def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | None,
+         cache: CallCache) -> dict[str, Any]:
     started = time.monotonic()
-    session = _session(config, task.spec)
+    ledger = Ledger()
+    session = _session(config, task.spec, cache if config.share_calls else None, ledger)
     meta = {"eval": config.eval_id, "eval_task": task.id, "strategy": strategy.name}
     try:
         if strategy.resamples:
@@ -98,7 +105,8 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
         raise
     except Exception as exc:  # noqa: BLE001 - a bug in a check or in reflexa: the row says so, the eval goes on
         outcome = Outcome(stop_reason="ERROR", error=f"{type(exc).__name__}: {exc}"[:500])
-    seconds = time.monotonic() - started  # the strategy's own time; scoring is not counted
+    # The strategy's own time, with what its shared calls took when they were made; scoring is not counted.
+    seconds = time.monotonic() - started + ledger.seconds
     passed = scored(task, outcome.answer, outcome.visible)
     first = None
     if outcome.first is not None:
@@ -107,6 +115,7 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
             "strategy": strategy.name, "loop": task.spec.loop, "passed": passed, "visible": outcome.visible,
             "first_passed": first, "tokens": outcome.tokens, "calls": outcome.calls, "seconds": round(seconds, 3),
             "stop_reason": outcome.stop_reason, "samples": outcome.samples, "run_ids": outcome.run_ids,
+            "shared_calls": ledger.calls,
             "answer": (outcome.answer or "")[:ANSWER_CHARS], "error": outcome.error, "meta": task.spec.meta}
 
 
@@ -135,13 +144,17 @@ class Outcome:
         self.samples += 1
 
 
-def _session(config: EvalConfig, spec: TaskSpec) -> Session:
+def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger: Ledger) -> Session:
     """A session on the eval's store with no experience library and no governor: no strategy learns from
-    another's runs."""
+    another's runs. With `cache`, its models share the task's calls (`calls.py`)."""
     reflector = spec.reflector_model if spec.reflector_model is not None else config.reflector_model
-    return Session(model=worker_model(spec.model or config.model, config.connections),
-                   store=worker_store(config.store),
-                   reflector_model=worker_model(reflector, config.connections) if reflector else None)
+
+    def model(name: str | None) -> Model:
+        found = worker_model(name, config.connections)
+        return SharedCalls(found, cache, ledger) if cache is not None else found
+
+    return Session(model=model(spec.model or config.model), store=worker_store(config.store),
+                   reflector_model=model(reflector) if reflector else None)
 
 
 def _once(spec: TaskSpec, session: Session, meta: dict[str, Any]) -> Outcome:
@@ -212,9 +225,10 @@ class EvalInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, a
 def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path, store: str, out: Path,
              model: str | None = None, reflector_model: str | None = None, concurrency: int = 1,
              executor: str = "local", address: str | None = None, connections: int | None = None,
-             progress: Callable[[EvalProgress], None] | None = None) -> EvalProgress:
+             share_calls: bool = True, progress: Callable[[EvalProgress], None] | None = None) -> EvalProgress:
     """Run every strategy on every task the store has no row for; rows go to OUT/rows.jsonl. Returns the
-    final progress, whose `rows` are every row of the eval's tasks and strategies."""
+    final progress, whose `rows` are every row of the eval's tasks and strategies. `share_calls`: the
+    strategies on a task share their deterministic model calls (calls.py)."""
     from ..batch.runner import _models, pick_executor
     from ..trace.postgres import is_url
 
@@ -225,7 +239,7 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
     model, reflector_model = _models(model, reflector_model)
     store = store if is_url(store) else str(Path(store).resolve())
     ident = eval_id(dataset, {"model": model, "reflector_model": reflector_model})
-    config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections)
+    config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections, share_calls)
     results = ResultsFile(out / "rows.jsonl", ident)
     state = EvalProgress(ident, len(tasks))
     shared = worker_store(store)

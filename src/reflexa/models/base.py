@@ -66,6 +66,10 @@ class Model(ABC):
     answers_by_role: ClassVar[bool] = False
     """The backend's `_generate` takes `role=` (generator, reflector, planner, evaluator): the test model
     answers each role from its own script. Every other backend leaves this False and is never passed one."""
+    replies_by_prompt: ClassVar[bool] = True
+    """The same prompt, settings and seed give the same reply, so an eval may give one call's reply to every
+    strategy that makes the same call (`reflexa.eval.calls`). False for the test model, whose replies follow
+    a script."""
     seed: int = 0
     """The seed of a call sampled at a temperature above 0, on backends that take one (the local model, an
     OpenAI-compatible server): the same prompt, temperature and seed give the same reply."""

@@ -67,6 +67,7 @@ class ScriptedModel(Model):
     name = "scripted"
     streams = True
     answers_by_role = True
+    replies_by_prompt = False
     stops_in_time = True
     STREAM_CHARS = 4
     """Characters per streamed piece: about one token (see `estimate_tokens`)."""

@@ -1,0 +1,79 @@
+"""Calls shared across an eval's strategies: on one task, every strategy's first attempt is the same greedy
+call (and `refine` and `refine:reflect=off` share more), so the eval makes it once and gives its reply to
+each strategy that makes it again.
+
+Each strategy is billed as if it had made the call: its tokens and calls count in full, and the seconds the
+call took when it was made are added to the strategy's time (`Ledger`). So a row reads the same as in an
+eval that shares nothing, on a backend whose replies are a function of the prompt (`Model.replies_by_prompt`:
+the embedded model, greedy or at a fixed seed). A call with a time limit (`--max-seconds`) is never shared:
+its reply depends on the time left.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models.base import Completion, Generation, Model, OnToken
+from ..structured import Message, Schema, json_schema_of
+
+
+@dataclass(slots=True)
+class Ledger:
+    """What one strategy's shared calls cost when they were made."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+
+@dataclass(slots=True)
+class CallCache:
+    """One task's calls, by everything that decides a reply."""
+
+    replies: dict[str, tuple[Completion, float]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SharedCalls(Model):
+    """`inner`, with each deterministic call answered from `cache` when made before on this task."""
+
+    def __init__(self, inner: Model, cache: CallCache, ledger: Ledger) -> None:
+        self.inner, self.cache, self.ledger = inner, cache, ledger
+        self.name, self.spec, self.seed = inner.name, inner.spec, inner.seed
+
+    def reseeded(self, seed: int) -> Model:
+        twin = copy.copy(self)  # the same cache and ledger
+        twin.inner, twin.seed = self.inner.reseeded(seed), seed
+        return twin
+
+    def complete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
+                 temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None,
+                 time_left: float | None = None) -> Completion:
+        def call() -> Completion:
+            return self.inner.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
+                                       on_token=on_token, role=role, time_left=time_left)
+
+        if time_left is not None or not self.inner.replies_by_prompt:
+            return call()
+        key = json.dumps([self.inner.spec, self.inner.seed if temperature > 0 else None, temperature, max_tokens,
+                          messages, json_schema_of(schema) if schema is not None else None], default=str)
+        with self.cache.lock:
+            hit = self.cache.replies.get(key)
+        if hit is not None:
+            self.ledger.seconds += hit[1]
+            self.ledger.calls += 1
+            return copy.deepcopy(hit[0])  # each strategy gets a reply of its own to use as it likes
+        started = time.monotonic()
+        reply = call()
+        with self.cache.lock:
+            self.cache.replies[key] = (copy.deepcopy(reply), time.monotonic() - started)
+        return reply
+
+    def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,
+                  temperature: float) -> Generation:
+        """Required by Model; `complete` above goes to the inner model's own."""
+        return self.inner._generate(messages, json_schema, max_tokens, temperature)
