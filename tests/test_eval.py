@@ -306,3 +306,44 @@ def test_a_call_strategies_share_is_made_once_and_billed_to_each(tmp_path):
     assert sampled.reseeded(1).complete(ask, temperature=0.7).text != sampled.reseeded(2).complete(
         ask, temperature=0.7).text  # another seed is another call
     assert SharedCalls(inner, cache, Ledger()).complete(ask, time_left=5.0).text == "reply 4"  # a timed call: made
+
+
+def test_the_naive_loops_run_as_stored_strategies(tmp_path):
+    """test-driven re-sends the check's error; cookbook stops when its LLM judge says PASS, and its visible
+    column comes from the checks it never ran."""
+    data = write_jsonl(tmp_path / "data.jsonl", [
+        {"id": "a", "task": "say GOOD", "regex": "GOOD", "score": {"regex": "^GOOD$"}}])
+    model = script(tmp_path, generator=[BAD, GOOD, BAD],
+                   evaluator=["<evaluation>PASS</evaluation><feedback>fine</feedback>"])
+    out, trace = tmp_path / "out", str(tmp_path / "t.db")
+    result = run_cli(str(data), "-s", "test-driven,cookbook", "-m", model, "--trace", trace, "-o", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    got = rows(out)
+    driven, cookbook = got[("a", "test-driven")], got[("a", "cookbook")]
+    assert driven["passed"] and driven["visible"] and driven["stop_reason"] == "PASSED" and driven["calls"] == 2
+    assert driven["first_passed"] is False
+    # the judge passed `bad`: unverified, not visible, not solved
+    assert (cookbook["stop_reason"], cookbook["visible"], cookbook["passed"]) == ("ANSWERED_UNVERIFIED", False, False)
+    store = open_store(trace)
+    second_prompt = [s for s in store.steps(driven["run_ids"][0]) if s.kind == "model_call"][1]
+    assert "The code failed the tests" in json.dumps(second_prompt.input)
+    store.close()
+
+
+def test_a_react_dataset_runs_with_its_own_baseline(tmp_path, shop):
+    def act(tool, **args):
+        return {"action": {"thought": f"call {tool}", "tool": tool, "args": args}}
+
+    data = write_jsonl(tmp_path / "data.jsonl", [
+        {"id": "orders", "loop": "react", "task": "How many orders are there?", "db": str(shop),
+         "validate": "SELECT 1 WHERE CAST(:answer AS INTEGER) = (SELECT count(*) FROM orders)",
+         "score": {"answer": "400"}}])
+    model = script(tmp_path, generator=[act("query", sql="SELECT count(*) FROM orders"),
+                                        act("final_answer", answer="400")])
+    result = run_cli(str(data), "-s", "single,react,react:reflect=off", "-m", model, "--trace",
+                     str(tmp_path / "t.db"), "-o", str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    got = rows(tmp_path / "out")
+    assert all(got[("orders", s)]["passed"] and got[("orders", s)]["visible"]
+               for s in ("single", "react", "react:reflect=off"))
+    assert json.loads(result.output)["strategies"]["react"]["first_solved"] is None

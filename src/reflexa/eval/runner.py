@@ -23,11 +23,13 @@ from ..batch.results import ResultsFile
 from ..batch.worker import worker_model, worker_store
 from ..errors import ConfigError, ReflexaError
 from ..loops import Session
+from ..loops.refine import Attempt
 from ..models.base import Model
 from ..tasks import TaskSpec
 from ..types import Result
 from .calls import CallCache, Ledger, SharedCalls
 from .dataset import EvalTask
+from .naive import run_naive
 from .score import scored
 from .strategies import MAX_SAMPLES, Strategy, run_order
 
@@ -99,6 +101,8 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
     try:
         if strategy.resamples:
             outcome = _resample(strategy, task, session, meta, budget)
+        elif strategy.naive is not None:
+            outcome = _once(task.spec, session, meta, naive=strategy.naive)
         else:
             outcome = _once(strategy.spec_for(task.spec), session, meta)
     except ReflexaError:
@@ -157,14 +161,14 @@ def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger
                    reflector_model=model(reflector) if reflector else None)
 
 
-def _once(spec: TaskSpec, session: Session, meta: dict[str, Any]) -> Outcome:
-    result = spec.run(session, meta=meta)
-    outcome = Outcome(answer=result.best or result.output, visible=result.stop_reason.value == "PASSED",
-                      stop_reason=result.stop_reason.value, error=result.error)
+def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | None = None) -> Outcome:
+    """One run of `spec` (of the naive loop `naive` on it, when given)."""
+    result = spec.run(session, meta=meta) if naive is None else run_naive(naive, spec, session, meta)
+    visible = result.stop_reason.value == "PASSED" or bool(result.details.get("visible"))
+    outcome = Outcome(answer=result.best or result.output, visible=visible, stop_reason=result.stop_reason.value,
+                      error=result.error)
     outcome.add(result)
     if spec.loop == "refine":
-        from ..loops.refine import Attempt
-
         attempts = [p.candidate for p in (s.payload() for s in session.store.steps(result.run_id))
                     if isinstance(p, Attempt)]
         if attempts:

@@ -9,6 +9,7 @@
                               refine only: K fresh one-attempt samples, no feedback and no lesson, the first
                               that passes the visible checks wins; the first sample is greedy (it is
                               `single`), the others at temperature T (default 0.8) with seeds 1..K-1
+    test-driven, cookbook     refine tasks: the naive loops of naive.py (errors re-sent; an LLM judge)
     resample@=NAME            fresh samples as above (at the default temperature) until this task's tokens
                               reach what strategy NAME spent on the same task (at most MAX_SAMPLES): the
                               equal-cost baseline. NAME is everything after '=' (resample@=refine:reflect=off)
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 from ..errors import ConfigError
 from ..tasks import TaskSpec
 from ..tasks.spec import LOOPS, field_errors
+from .naive import NAIVE
 
 DEFAULT_TEMPERATURE = 0.8
 """The temperature of resample's fresh samples after the first (greedy) one, unless the strategy names one."""
@@ -52,6 +54,8 @@ class Strategy:
     temperature: float = DEFAULT_TEMPERATURE
     match: str | None = None
     """resample@=NAME: NAME, whose tokens on each task are this strategy's budget there."""
+    naive: str | None = None
+    """test-driven or cookbook: a naive loop of naive.py instead of the task's own."""
 
     @property
     def resamples(self) -> bool:
@@ -95,6 +99,8 @@ def parse_strategy(name: str) -> Strategy:
     head, _, rest = name.partition(":")
     if head == "single" and not rest:
         return Strategy(name)
+    if name in NAIVE:
+        return Strategy(name, "refine", naive=name)
     if name.startswith("resample@="):  # everything after '=' names the matched strategy, options and all
         return Strategy(name, "refine", match=name.removeprefix("resample@="))
     if match := re.fullmatch(r"resample@(\d+)", head):
