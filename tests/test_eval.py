@@ -185,11 +185,14 @@ def test_other_loops_are_scored_by_their_answer(tmp_path):
          "search_queries": ["capital of France"]},
         {"evidence_used": [1], "quote": "Paris is the capital of France", "answer": "It is Paris [1].",
          "reflection": {"missing": [], "superfluous": []}}])
-    result = run_cli(str(data), "-s", "single", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
+    result = run_cli(str(data), "-s", "single,always-search", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
                      str(tmp_path / "out"), "--json")
     assert result.exit_code == 0, result.output
     row = rows(tmp_path / "out")[("q", "single")]
     assert row["passed"] and row["visible"] and row["first_passed"] is None and row["loop"] == "research", row
+    always = rows(tmp_path / "out")[("q", "always-search")]
+    # it cites what it found, but nothing checked its answer: unverified, and solved by the gold answer
+    assert always["passed"] and not always["visible"] and always["stop_reason"] == "ANSWERED_UNVERIFIED", always
     bad = run_cli(str(data), "-s", "refine", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
                   str(tmp_path / "out"))
     assert bad.exit_code == 2 and "runs refine tasks, and none is selected" in bad.output
@@ -339,11 +342,13 @@ def test_a_react_dataset_runs_with_its_own_baseline(tmp_path, shop):
          "validate": "SELECT 1 WHERE CAST(:answer AS INTEGER) = (SELECT count(*) FROM orders)",
          "score": {"answer": "400"}}])
     model = script(tmp_path, generator=[act("query", sql="SELECT count(*) FROM orders"),
-                                        act("final_answer", answer="400")])
-    result = run_cli(str(data), "-s", "single,react,react:reflect=off", "-m", model, "--trace",
+                                        act("final_answer", answer="400")], reflector=[LESSON])
+    strategies = ("single", "react", "react:reflect=off", "tutorial", "reflect-every-step")
+    result = run_cli(str(data), "-s", ",".join(strategies), "-m", model, "--trace",
                      str(tmp_path / "t.db"), "-o", str(tmp_path / "out"), "--json")
     assert result.exit_code == 0, result.output
     got = rows(tmp_path / "out")
-    assert all(got[("orders", s)]["passed"] and got[("orders", s)]["visible"]
-               for s in ("single", "react", "react:reflect=off"))
+    assert all(got[("orders", s)]["passed"] and got[("orders", s)]["visible"] for s in strategies), got
+    # the tutorial loop makes a reflection call after its one tool step; plain tutorial makes none
+    assert (got[("orders", "reflect-every-step")]["calls"], got[("orders", "tutorial")]["calls"]) == (3, 2)
     assert json.loads(result.output)["strategies"]["react"]["first_solved"] is None

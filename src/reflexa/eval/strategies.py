@@ -10,6 +10,9 @@
                               that passes the visible checks wins; the first sample is greedy (it is
                               `single`), the others at temperature T (default 0.8) with seeds 1..K-1
     test-driven, cookbook     refine tasks: the naive loops of naive.py (errors re-sent; an LLM judge)
+    tutorial, reflect-every-step
+                              react tasks: the tutorial agent loop, without and with a reflection per step
+    always-search             research tasks: search with the question, whole passages, one revision
     resample@=NAME            fresh samples as above (at the default temperature) until this task's tokens
                               reach what strategy NAME spent on the same task (at most MAX_SAMPLES): the
                               equal-cost baseline. NAME is everything after '=' (resample@=refine:reflect=off)
@@ -100,7 +103,7 @@ def parse_strategy(name: str) -> Strategy:
     if head == "single" and not rest:
         return Strategy(name)
     if name in NAIVE:
-        return Strategy(name, "refine", naive=name)
+        return Strategy(name, NAIVE[name], naive=name)
     if name.startswith("resample@="):  # everything after '=' names the matched strategy, options and all
         return Strategy(name, "refine", match=name.removeprefix("resample@="))
     if match := re.fullmatch(r"resample@(\d+)", head):
