@@ -102,3 +102,18 @@ def test_a_killed_ray_driver_loses_nothing_and_a_rerun_finishes(tmp_path, reques
     assert report["done_before"] + report["done"] == 12
     assert sorted(r["key"] for r in rows(results)) == sorted(f"t{i}" for i in range(12))
     assert runs_per_task(trace, report["batch"]) == {f"t{i}": 1 for i in range(12)}
+
+
+def test_an_eval_runs_its_tasks_as_ray_tasks(tmp_path, ray_tmp):
+    from typer.testing import CliRunner
+
+    from reflexa.cli.app import app
+
+    path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(3)])
+    model = replies(tmp_path, "good.json", [GOOD])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["eval", str(path), "-s", "single,resample@2", "-m", model, "--executor", "ray",
+                                      "-c", "2", "--trace", str(tmp_path / "t.db"), "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["strategies"]["single"]["solved"] == 3
+    assert len(rows(out / "rows.jsonl")) == 6

@@ -352,3 +352,17 @@ def test_a_react_dataset_runs_with_its_own_baseline(tmp_path, shop):
     # the tutorial loop makes a reflection call after its one tool step; plain tutorial makes none
     assert (got[("orders", "reflect-every-step")]["calls"], got[("orders", "tutorial")]["calls"]) == (3, 2)
     assert json.loads(result.output)["strategies"]["react"]["first_solved"] is None
+
+
+@pytest.mark.parametrize("executor", ["threads", "async", "processes"])
+def test_every_executor_gives_the_same_rows(tmp_path, executor):
+    data = write_jsonl(tmp_path / "data.jsonl", [
+        {"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(4)])
+    model = script(tmp_path, generator=[BAD, GOOD, GOOD, GOOD], reflector=[LESSON])
+    result = run_cli(str(data), "-s", "single,resample@2,refine", "-m", model, "--trace", str(tmp_path / "t.db"),
+                     "-o", str(tmp_path / "out"), "--json", "--executor", executor, "-c", "2")
+    assert result.exit_code == 0, result.output
+    got = rows(tmp_path / "out")
+    assert len(got) == 12
+    assert {(t, s): r["passed"] for (t, s), r in got.items()} == {
+        (f"t{i}", s): s != "single" for i in range(4) for s in ("single", "resample@2", "refine")}

@@ -222,7 +222,8 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
         ray = RayExecutor(config, concurrency, address)
         return ray.submit, ray.shutdown
     if kind == "async":
-        return _async_executor(config)
+        submit, stop = async_executor(run_task)
+        return (lambda task: submit(config, task)), stop
     pool: Executor
     if kind == "processes":
         import multiprocessing
@@ -239,8 +240,9 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
     return (lambda task: pool.submit(run_task, config, task)), shutdown
 
 
-def _async_executor(config: BatchConfig) -> tuple[Callable[[BatchTask], Future[dict[str, Any]]], Callable[[], None]]:
-    """Every task a coroutine on one event loop, in a thread of its own: `_drive` still sees Futures."""
+def async_executor(work: Callable[..., Any]) -> tuple[Callable[..., Future[Any]], Callable[[], None]]:
+    """submit(*args) runs `work(*args)` as a coroutine on one event loop, in a thread of its own (`reflexa.aio`),
+    and gives a Future: a driver waits on it like any other executor's. And a shutdown."""
     import asyncio
     import threading
 
@@ -250,8 +252,8 @@ def _async_executor(config: BatchConfig) -> tuple[Callable[[BatchTask], Future[d
     thread = threading.Thread(target=loop.run_forever, name="reflexa-batch-async", daemon=True)
     thread.start()
 
-    def submit(task: BatchTask) -> Future[dict[str, Any]]:
-        return asyncio.run_coroutine_threadsafe(aio.run(run_task, config, task), loop)
+    def submit(*args: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(aio.run(work, *args), loop)
 
     def stop() -> None:  # on the loop's thread: cancel what runs (a run left unfinished resumes), then stop
         for pending in asyncio.all_tasks(loop):

@@ -41,7 +41,7 @@ def eval_command(
     concurrency: Annotated[int, option("N", "Tasks at once (default 1).", names=("--concurrency", "-c"), min=1,
                                        max=1024)] = 1,
     executor: Annotated[str, option("KIND", "local (threads; processes for the embedded model), threads, "
-                                    "processes or ray.")] = "local",
+                                    "processes, async (coroutines on one event loop) or ray.")] = "local",
     address: Annotated[str | None, option("ADDRESS", "A Ray cluster to run on (default: a local Ray).")] = None,
     share_calls: Annotated[bool, option(None, "Strategies on a task share their deterministic model calls, each "
                                         "billed in full (default on; docs/eval.md).",

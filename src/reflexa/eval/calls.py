@@ -53,24 +53,46 @@ class SharedCalls(Model):
     def complete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
                  temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None,
                  time_left: float | None = None) -> Completion:
-        def call() -> Completion:
-            return self.inner.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
-                                       on_token=on_token, role=role, time_left=time_left)
+        key = self._key(messages, schema, max_tokens, temperature, time_left)
+        if key is not None and (hit := self._hit(key)) is not None:
+            return hit
+        started = time.monotonic()
+        reply = self.inner.complete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
+                                    on_token=on_token, role=role, time_left=time_left)
+        return self._keep(key, reply, started)
 
+    async def acomplete(self, messages: list[Message], *, schema: Schema | None = None, max_tokens: int = 512,
+                        temperature: float = 0.0, on_token: OnToken | None = None, role: str | None = None,
+                        time_left: float | None = None) -> Completion:
+        key = self._key(messages, schema, max_tokens, temperature, time_left)
+        if key is not None and (hit := self._hit(key)) is not None:
+            return hit
+        started = time.monotonic()
+        reply = await self.inner.acomplete(messages, schema=schema, max_tokens=max_tokens, temperature=temperature,
+                                           on_token=on_token, role=role, time_left=time_left)
+        return self._keep(key, reply, started)
+
+    def _key(self, messages: list[Message], schema: Schema | None, max_tokens: int, temperature: float,
+             time_left: float | None) -> str | None:
+        """What decides the reply, or None for a call that is never shared."""
         if time_left is not None or not self.inner.replies_by_prompt:
-            return call()
-        key = json.dumps([self.inner.spec, self.inner.seed if temperature > 0 else None, temperature, max_tokens,
-                          messages, json_schema_of(schema) if schema is not None else None], default=str)
+            return None
+        return json.dumps([self.inner.spec, self.inner.seed if temperature > 0 else None, temperature, max_tokens,
+                           messages, json_schema_of(schema) if schema is not None else None], default=str)
+
+    def _hit(self, key: str) -> Completion | None:
         with self.cache.lock:
             hit = self.cache.replies.get(key)
-        if hit is not None:
-            self.ledger.seconds += hit[1]
-            self.ledger.calls += 1
-            return copy.deepcopy(hit[0])  # each strategy gets a reply of its own to use as it likes
-        started = time.monotonic()
-        reply = call()
-        with self.cache.lock:
-            self.cache.replies[key] = (copy.deepcopy(reply), time.monotonic() - started)
+        if hit is None:
+            return None
+        self.ledger.seconds += hit[1]
+        self.ledger.calls += 1
+        return copy.deepcopy(hit[0])  # each strategy gets a reply of its own to use as it likes
+
+    def _keep(self, key: str | None, reply: Completion, started: float) -> Completion:
+        if key is not None:
+            with self.cache.lock:
+                self.cache.replies[key] = (copy.deepcopy(reply), time.monotonic() - started)
         return reply
 
     def _generate(self, messages: list[Message], json_schema: dict[str, Any] | None, max_tokens: int,

@@ -238,8 +238,8 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
 
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
-    if executor not in ("local", "threads", "processes", "ray"):
-        raise ConfigError(f"unknown executor {executor!r}", hint="use local, threads, processes or ray")
+    if executor not in ("local", "threads", "processes", "async", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}", hint="use local, threads, processes, async or ray")
     model, reflector_model = _models(model, reflector_model)
     store = store if is_url(store) else str(Path(store).resolve())
     ident = eval_id(dataset, {"model": model, "reflector_model": reflector_model})
@@ -332,6 +332,10 @@ def _executor(kind: str, concurrency: int, address: str | None) -> tuple[Callabl
 
         ray = RayExecutor(None, concurrency, address, work=run_eval_task)
         return ray.submit_call, ray.shutdown
+    if kind == "async":
+        from ..batch.runner import async_executor
+
+        return async_executor(run_eval_task)
     pool: Executor
     if kind == "processes":
         import multiprocessing
