@@ -40,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from reflexa import CheckContext, MemoryStore, Model, Session, Usage, refine, resolve_model
+from reflexa.eval.naive import EVAL as _EVAL
+from reflexa.eval.naive import EVALUATOR
+from reflexa.eval.naive import FEEDBACK as _FEEDBACK
 from reflexa.loops.refine_prompts import split_reply
 
 BENCH = Path(__file__).resolve().parent
@@ -222,18 +225,6 @@ def test_driven(model: Model, p: Problem, max_tokens: int) -> tuple[list[str], s
             },
         ]
     return candidates, candidates[-1], usage, "MAX_ITERATIONS"
-
-
-_EVAL = re.compile(r"<evaluation>\s*(PASS|NEEDS_IMPROVEMENT|FAIL)\s*</evaluation>", re.I)
-_FEEDBACK = re.compile(r"<feedback>(.*?)(?:</feedback>|\Z)", re.S | re.I)
-EVALUATOR = (
-    "Evaluate this code implementation for code correctness, time complexity, and style.\n"
-    "You should be evaluating only and not attempting to solve the task.\n"
-    'Only output "PASS" if all criteria are met and you have no further suggestions for improvements.\n'
-    "Output your evaluation concisely in the following format.\n\n"
-    "<evaluation>PASS, NEEDS_IMPROVEMENT, or FAIL</evaluation>\n<feedback>\n"
-    "What needs improvement and why.\n</feedback>"
-)
 
 
 def evaluator_optimizer(model: Model, p: Problem, max_tokens: int) -> tuple[list[str], str, Usage, str]:

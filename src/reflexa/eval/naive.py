@@ -48,8 +48,8 @@ NAIVE = {"test-driven": "refine", "cookbook": "refine", "tutorial": "react", "re
 Loop = Callable[..., tuple[str | None, bool, int]]
 """(run, spec, visible checks) -> (final answer, passed, attempts or steps)."""
 
-_EVAL = re.compile(r"<evaluation>\s*(PASS|NEEDS_IMPROVEMENT|FAIL)\s*</evaluation>", re.I)
-_FEEDBACK = re.compile(r"<feedback>(.*?)(?:</feedback>|\Z)", re.S | re.I)
+EVAL = re.compile(r"<evaluation>\s*(PASS|NEEDS_IMPROVEMENT|FAIL)\s*</evaluation>", re.I)
+FEEDBACK = re.compile(r"<feedback>(.*?)(?:</feedback>|\Z)", re.S | re.I)
 EVALUATOR = (
     "Evaluate this code implementation for code correctness, time complexity, and style.\n"
     "You should be evaluating only and not attempting to solve the task.\n"
@@ -132,10 +132,10 @@ def _cookbook(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None,
                           max_tokens=256)
         if judged is None:
             return candidate, False, iteration
-        verdict = _EVAL.search(judged.text)
+        verdict = EVAL.search(judged.text)
         if verdict and verdict.group(1).upper() == "PASS":
             return candidate, True, iteration
-        feedback = _FEEDBACK.search(judged.text)
+        feedback = FEEDBACK.search(judged.text)
         said = (feedback.group(1) if feedback else judged.text).strip()[:FEEDBACK_CHARS]
         memory.append(f"```python\n{candidate}\n```\nFeedback: {said}")
     return candidate, False, spec.max_attempts or ATTEMPTS
