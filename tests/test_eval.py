@@ -146,6 +146,13 @@ def test_the_same_command_resumes_and_runs_only_what_has_no_row(tmp_path):
                    "--json")
     assert more.exit_code == 0, more.output
     assert len((out / "rows.jsonl").read_text().splitlines()) == 4
+    # --report-only reads what is stored and runs nothing, even a strategy with no rows yet
+    (tmp_path / "model.json").write_text(json.dumps({"generator": []}))
+    report = run_cli(str(data), "-s", "single,refine", "-m", model, "--trace", trace, "-o", str(out), "--json",
+                     "--report-only")
+    assert report.exit_code == 0, report.output
+    strategies = json.loads(report.output)["strategies"]
+    assert strategies["single"]["tasks"] == 2 and strategies["refine"]["tasks"] == 0
 
 
 def test_ctrl_c_keeps_every_finished_row_and_the_same_command_finishes(tmp_path):

@@ -46,6 +46,8 @@ def eval_command(
     share_calls: Annotated[bool, option(None, "Strategies on a task share their deterministic model calls, each "
                                         "billed in full (default on; docs/eval.md).",
                                         names=("--share-calls/--no-share-calls",))] = True,
+    report_only: Annotated[bool, option(None, "Run nothing: the report of the rows stored so far (an eval still "
+                                        "running elsewhere goes on).", names=("--report-only",))] = False,
     as_json: Annotated[bool, option(None, "No progress bar; print the report as JSON.", names=("--json",))] = False,
     as_markdown: Annotated[bool, option(None, "Print the report as a Markdown table.",
                                         names=("--markdown",))] = False,
@@ -54,32 +56,34 @@ def eval_command(
     """Run every strategy on every task of a dataset and compare them: solved (by the task's score), first
     attempt, fail→pass, tokens and seconds, and each against the baselines with an exact McNemar p-value.
     Rows are written as they finish; the same command again resumes (docs/eval.md)."""
+    from ..eval import summarise
     from ..trace.sqlite import default_path
     from ..trace.store import trace_env
 
     with clean_errors():
         if address is not None and executor != "ray":
             raise ConfigError("--address needs --executor ray")
-        path, tasks, chosen = _selected(dataset, strategies, out, ids, skip, limit,
-                                        {"max_tokens": max_tokens, "max_seconds": max_seconds})
-        names = [s.name for s in chosen]
-        bases = [b.strip() for b in baselines.split(",") if b.strip()] if baselines is not None else None
-        if bases and (unknown := [b for b in bases if b not in names]):
-            raise ConfigError(f"--baselines names strategies not in --strategies: {', '.join(unknown)}")
+        path, tasks, chosen, bases = _selected(dataset, strategies, baselines, out, ids, skip, limit,
+                                               {"max_tokens": max_tokens, "max_seconds": max_seconds})
         store = trace or trace_env() or str(default_path())
-        state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
-                     concurrency=concurrency, executor=executor, address=address, share_calls=share_calls)
-        from ..eval import summarise
-
-        report: dict[str, Any] = {"eval": state.eval_id, "dataset": dataset, "model": model, "store": store,
-                                  "rows": str(out / "rows.jsonl"), **summarise(state.rows, names, bases)}
-        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        if report_only:
+            ident, found = _stored(path, tasks, chosen, store, model, reflector_model)
+        else:
+            state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
+                         concurrency=concurrency, executor=executor, address=address, share_calls=share_calls)
+            ident, found = state.eval_id, state.rows
+        report: dict[str, Any] = {"eval": ident, "dataset": dataset, "model": model, "store": store,
+                                  "rows": str(out / "rows.jsonl"),
+                                  **summarise(found, [s.name for s in chosen], bases)}
+        if not report_only:
+            (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     _show(report, out, as_json, as_markdown)
 
 
-def _selected(dataset: str, strategies: str, out: Path, ids: str | None, skip: int, limit: int | None,
-              defaults: dict[str, Any]) -> tuple[Path, list[Any], list[Any]]:
-    """The dataset's file, the tasks chosen from it and the strategies; every mistake a ConfigError."""
+def _selected(dataset: str, strategies: str, baselines: str | None, out: Path, ids: str | None, skip: int,
+              limit: int | None, defaults: dict[str, Any]) -> tuple[Path, list[Any], list[Any], list[str] | None]:
+    """The dataset's file, the tasks chosen from it, the strategies and the baselines; every mistake a
+    ConfigError."""
     from ..eval import parse_strategies, read_dataset
     from ..eval.dataset import adapt
 
@@ -93,7 +97,27 @@ def _selected(dataset: str, strategies: str, out: Path, ids: str | None, skip: i
         if not any(strategy.applies(task.spec) for task in tasks):
             raise ConfigError(f"strategy {strategy.name!r} runs {strategy.loop} tasks, and none is selected",
                               hint="a LOOP:... strategy runs the tasks of that loop; single runs any")
-    return path, tasks, chosen
+    return path, tasks, chosen, _baselines(baselines, [s.name for s in chosen])
+
+
+def _baselines(text: str | None, names: list[str]) -> list[str] | None:
+    """--baselines as a list (None: the default ones), every name one of the strategies."""
+    if text is None:
+        return None
+    bases = [b.strip() for b in text.split(",") if b.strip()]
+    if unknown := [b for b in bases if b not in names]:
+        raise ConfigError(f"--baselines names strategies not in --strategies: {', '.join(unknown)}")
+    return bases
+
+
+def _stored(path: Path, tasks: list[Any], chosen: list[Any], store: str, model: str | None,
+            reflector_model: str | None) -> tuple[str, list[dict[str, Any]]]:
+    """The eval's id and the rows its store has so far, read without running anything."""
+    from ..eval.runner import identity, stored_rows
+    from .common import open_store
+
+    ident = identity(path, model, reflector_model)[0]
+    return ident, stored_rows(tasks, chosen, ident, open_store(store, reader=True))
 
 
 def _run(tasks: list[Any], chosen: list[Any], path: Path, store: str, out: Path, as_json: bool,

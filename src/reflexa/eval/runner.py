@@ -51,6 +51,21 @@ class EvalConfig:
     """Strategies on one task share their deterministic model calls (calls.py)."""
 
 
+def identity(dataset: Path, model: str | None, reflector_model: str | None) -> tuple[str, str | None, str | None]:
+    """(the eval's id, its model spec, its reflector's), the specs as the workers resolve them."""
+    from ..batch.runner import _models
+
+    model, reflector_model = _models(model, reflector_model)
+    return eval_id(dataset, {"model": model, "reflector_model": reflector_model}), model, reflector_model
+
+
+def stored_rows(tasks: list[EvalTask], strategies: list[Strategy], ident: str, store: Any) -> list[dict[str, Any]]:
+    """The rows the store has for these tasks and strategies, in task order: an eval's report so far, read
+    while it runs."""
+    stored = dict(store.items(namespace(ident)))
+    return [stored[key] for task in tasks for s in strategies if (key := row_key(task.id, s.name)) in stored]
+
+
 def eval_id(dataset: Path, options: dict[str, Any]) -> str:
     """The eval's identity: the dataset's content and the models. The same command resumes; a changed
     dataset or model is a new eval. Rows are keyed by (task, strategy), so another strategy or more tasks
@@ -180,16 +195,15 @@ def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | N
 def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[str, Any],
               budget: int | None) -> Outcome:
     """Fresh one-attempt samples until one passes the visible checks, K are spent, or (budget-matched)
-    the tokens reach `budget`; the last sample's answer stands when none passes."""
+    the tokens reach `budget`; the last sample's answer stands when none passes. A sample is one model
+    call, which a run's token budget cannot cut short: a sample starts while the tokens are below `budget`,
+    so the last one may go over it by up to one sample's cost."""
     outcome = Outcome()
     samples = strategy.samples or MAX_SAMPLES
     for index in range(samples):
         if budget is not None and outcome.tokens >= budget:
             break
-        spec = strategy.sample(task.spec, index)
-        if budget is not None:
-            spec = spec.with_options(max_tokens=max(1, budget - outcome.tokens))
-        sample = _once(spec, session, {**meta, "sample": index})
+        sample = _once(strategy.sample(task.spec, index), session, {**meta, "sample": index})
         if index == 0:
             outcome.first, outcome.first_visible = sample.first, sample.visible
         outcome.tokens, outcome.calls = outcome.tokens + sample.tokens, outcome.calls + sample.calls
@@ -233,16 +247,15 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
     """Run every strategy on every task the store has no row for; rows go to OUT/rows.jsonl. Returns the
     final progress, whose `rows` are every row of the eval's tasks and strategies. `share_calls`: the
     strategies on a task share their deterministic model calls (calls.py)."""
-    from ..batch.runner import _models, pick_executor
+    from ..batch.runner import pick_executor
     from ..trace.postgres import is_url
 
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
     if executor not in ("local", "threads", "processes", "async", "ray"):
         raise ConfigError(f"unknown executor {executor!r}", hint="use local, threads, processes, async or ray")
-    model, reflector_model = _models(model, reflector_model)
+    ident, model, reflector_model = identity(dataset, model, reflector_model)
     store = store if is_url(store) else str(Path(store).resolve())
-    ident = eval_id(dataset, {"model": model, "reflector_model": reflector_model})
     config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections, share_calls)
     results = ResultsFile(out / "rows.jsonl", ident)
     state = EvalProgress(ident, len(tasks))

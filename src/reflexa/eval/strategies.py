@@ -13,9 +13,10 @@
     tutorial, reflect-every-step
                               react tasks: the tutorial agent loop, without and with a reflection per step
     always-search             research tasks: search with the question, whole passages, one revision
-    resample@=NAME            fresh samples as above (at the default temperature) until this task's tokens
-                              reach what strategy NAME spent on the same task (at most MAX_SAMPLES): the
-                              equal-cost baseline. NAME is everything after '=' (resample@=refine:reflect=off)
+    resample@=NAME            fresh samples as above (at the default temperature) while this task's tokens
+                              are below what strategy NAME spent on the same task (at most MAX_SAMPLES): the
+                              equal-cost baseline; the last sample may go over by up to one sample. NAME is
+                              everything after '=' (resample@=refine:reflect=off)
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ def parse_strategy(name: str) -> Strategy:
             raise ConfigError(f"strategy {name!r}: " + "; ".join(field_errors(exc)),
                               hint="its options are task spec fields of that loop (docs/tasks.md)") from None
         return Strategy(name, head, options)
-    raise ConfigError(f"unknown strategy {name!r}",
-                      hint="single, resample@K, resample@=NAME, or a loop with options (refine:reflect=off)")
+    raise ConfigError(f"unknown strategy {name!r}", hint=f"single, resample@K, resample@=NAME, {', '.join(NAIVE)}, "
+                      "or a loop with options (refine:reflect=off)")
 
 
 def _placeholder(loop: str) -> dict[str, Any]:
