@@ -59,6 +59,7 @@ def test_strategy_names_parse_into_spec_options_samples_and_budgets():
     ("refine:max_attempts=0", "max_attempts"), ("refine:db=x.sqlite", "not a field of a refine task"),
     ("resample@0", "samples must be 1 to 100"), ("resample@3:temperature=9", "temperature"),
     ("resample@=refine", "no strategy 'refine'"), ("bogus", "unknown strategy"),
+    ("tutorial,resample@=tutorial", "matches a strategy that runs refine tasks"),
 ])
 def test_a_bad_strategy_is_one_clear_error(text, message):
     with pytest.raises(ConfigError, match=message):

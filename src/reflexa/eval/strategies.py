@@ -59,7 +59,7 @@ class Strategy:
     match: str | None = None
     """resample@=NAME: NAME, whose tokens on each task are this strategy's budget there."""
     naive: str | None = None
-    """test-driven or cookbook: a naive loop of naive.py instead of the task's own."""
+    """A naive loop of naive.py (test-driven, cookbook, ...) instead of the task's own."""
 
     @property
     def resamples(self) -> bool:
@@ -96,6 +96,8 @@ def parse_strategies(text: str) -> list[Strategy]:
                               hint=f"add it, e.g. --strategies {strategy.match},{strategy.name}")
         if strategy.match is not None and parse_strategy(strategy.match).match is not None:
             raise ConfigError(f"{strategy.name}: cannot match another budget-matched strategy")
+        if strategy.match is not None and parse_strategy(strategy.match).loop not in (None, "refine"):
+            raise ConfigError(f"{strategy.name}: resampling matches a strategy that runs refine tasks")
     return strategies
 
 
