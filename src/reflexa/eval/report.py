@@ -24,7 +24,9 @@ def summarise(rows: Iterable[dict[str, Any]], strategies: list[str],
     return {
         "tasks": len({row["task"] for row in rows}),
         "strategies": {name: _strategy(list(by[name].values())) for name in strategies},
-        "comparisons": [_compare(name, base, by[name], by[base]) for name, base in pairs(strategies, baselines)],
+        # two strategies that share no task (a mixed dataset: a react strategy and a refine one) are not compared
+        "comparisons": [c for name, base in pairs(strategies, baselines)
+                        if (c := _compare(name, base, by[name], by[base]))["tasks"]],
     }
 
 
