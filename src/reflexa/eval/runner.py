@@ -195,15 +195,18 @@ def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | N
 def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[str, Any],
               budget: int | None) -> Outcome:
     """Fresh one-attempt samples until one passes the visible checks, K are spent, or (budget-matched)
-    the tokens reach `budget`; the last sample's answer stands when none passes. A sample is one model
-    call, which a run's token budget cannot cut short: a sample starts while the tokens are below `budget`,
-    so the last one may go over it by up to one sample's cost."""
+    the tokens reach `budget`; the last sample's answer stands when none passes. Each sample runs under
+    what is left of `budget`, so the last one's reply is cut there (a cut reply is no answer): the strategy
+    spends `budget`, plus at most the last call's prompt, which a token budget cannot cut."""
     outcome = Outcome()
     samples = strategy.samples or MAX_SAMPLES
     for index in range(samples):
         if budget is not None and outcome.tokens >= budget:
             break
-        sample = _once(strategy.sample(task.spec, index), session, {**meta, "sample": index})
+        spec = strategy.sample(task.spec, index)
+        if budget is not None:
+            spec = spec.with_options(max_tokens=budget - outcome.tokens)
+        sample = _once(spec, session, {**meta, "sample": index})
         if index == 0:
             outcome.first, outcome.first_visible = sample.first, sample.visible
         outcome.tokens, outcome.calls = outcome.tokens + sample.tokens, outcome.calls + sample.calls

@@ -15,7 +15,7 @@
     always-search             research tasks: search with the question, whole passages, one revision
     resample@=NAME            fresh samples as above (at the default temperature) while this task's tokens
                               are below what strategy NAME spent on the same task (at most MAX_SAMPLES): the
-                              equal-cost baseline; the last sample may go over by up to one sample. NAME is
+                              equal-cost baseline; the last sample is cut at what is left. NAME is
                               everything after '=' (resample@=refine:reflect=off)
 """
 
