@@ -162,6 +162,13 @@ class Outcome:
         self.run_ids.append(result.run_id)
         self.samples += 1
 
+    def then(self, sample: Outcome) -> None:
+        """A resample's next sample: its cost adds to the others', its answer replaces the last one's."""
+        self.tokens, self.calls, self.samples = self.tokens + sample.tokens, self.calls + sample.calls, self.samples + 1
+        self.run_ids += sample.run_ids
+        self.answer, self.visible, self.stop_reason = sample.answer, sample.visible, sample.stop_reason
+        self.error = sample.error
+
 
 def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger: Ledger) -> Session:
     """A session on the eval's store with no experience library and no governor: no strategy learns from
@@ -209,15 +216,11 @@ def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[s
         sample = _once(spec, session, {**meta, "sample": index})
         if index == 0:
             outcome.first, outcome.first_visible = sample.first, sample.visible
-        outcome.tokens, outcome.calls = outcome.tokens + sample.tokens, outcome.calls + sample.calls
-        outcome.run_ids += sample.run_ids
-        outcome.samples += 1
-        outcome.answer, outcome.visible, outcome.stop_reason = sample.answer, sample.visible, sample.stop_reason
-        outcome.error = sample.error
+        outcome.then(sample)
         if sample.visible:
             break
-    if outcome.samples == 0:
-        outcome.stop_reason = "BUDGET_EXHAUSTED"
+    if outcome.samples == 0:  # NAME spent nothing on this task (it could not run): nor does its baseline
+        outcome.stop_reason = "BUDGET_TOKENS"
     return outcome
 
 
