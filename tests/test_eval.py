@@ -218,9 +218,12 @@ def test_bad_input_is_a_clear_error(tmp_path):
         result = run_cli(*args, "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
-    write_jsonl(tmp_path / "bad.jsonl", [{"task": "x", "regex": "x", "score": {"answr": "x"}}])
-    result = run_cli(str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
-    assert result.exit_code == 2 and "score: answr: unknown field" in result.output
+    for score, message in [({"answr": "x"}, "score: answr: unknown field"), ({"regex": "("}, "score: regex:"),
+                           ({"test_code": "assert ("}, "score: test_code: not valid Python"),
+                           ({"tests": "missing.py"}, "score: tests: file not found")]:
+        write_jsonl(tmp_path / "bad.jsonl", [{"task": "x", "regex": "x", "score": score}])
+        result = run_cli(str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
+        assert result.exit_code == 2 and message in result.output, result.output
 
 
 # --- adapters ---------------------------------------------------------------------------------------------

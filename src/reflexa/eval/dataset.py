@@ -12,6 +12,7 @@ on is a file a user can read, edit and run again.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import re
@@ -48,6 +49,26 @@ class Score(BaseModel):
     regex: str | None = None
     """A regular expression the final answer must match."""
 
+    def problems(self) -> list[str]:
+        """What would fail every row's scoring: a regex that does not compile, test code that is not Python,
+        a tests file that is not there."""
+        found = []
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                found.append(f"regex: {exc}")
+        if self.test_code is not None:
+            try:
+                ast.parse(self.test_code)
+            except SyntaxError as exc:
+                found.append(f"test_code: not valid Python: {exc.msg} (line {exc.lineno})")
+        if self.tests is not None and not Path(self.tests).is_file():
+            found.append(f"tests: file not found: {self.tests}")
+        if self.check is not None and not self.check.strip():
+            found.append("check: empty")
+        return found
+
     def code_fields(self) -> dict[str, Any]:
         """The score's fields that are refine checks, as spec fields."""
         return {k: v for k, v in {"test_code": self.test_code, "tests": self.tests, "check": self.check}.items()
@@ -79,6 +100,8 @@ def read_dataset(source: str, out: Path, *, loop: str = "refine", defaults: dict
                               hint="docs/eval.md lists a score's fields") from None
         if score is not None and score.tests is not None:
             score = score.model_copy(update={"tests": str((path.parent / score.tests).resolve())})
+        if score is not None and (problems := score.problems()):
+            raise ConfigError(f"{path}: line {task.line}: score: " + "; ".join(problems))
         chosen.append(EvalTask(task.key, task.spec, score))
     if ids:
         known = {task.id for task in chosen}
