@@ -24,7 +24,9 @@ def eval_command(
     dataset: DatasetArg,
     strategies: Annotated[str, option("LIST", "Comma-separated strategies (default single,resample@3,refine): "
                                       "single, resample@K[:temperature=T], resample@=NAME (NAME's tokens on each "
-                                      "task), LOOP[:key=value...] (refine:reflect=off). docs/eval.md.",
+                                      "task), LOOP[:key=value...] (refine:reflect=off), and the naive loops "
+                                      "test-driven, cookbook, tutorial, reflect-every-step, always-search. "
+                                      "docs/eval.md.",
                                       names=("--strategies", "-s"))] = "single,resample@3,refine",
     baselines: Annotated[str | None, option("LIST", "Strategies the others are compared against (default: single "
                                             "and every resample).")] = None,
