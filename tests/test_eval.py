@@ -214,10 +214,15 @@ def test_bad_input_is_a_clear_error(tmp_path):
         ([str(data), "--ids", "zz"], "--ids names tasks the dataset does not have: zz"),
         ([str(data), "--skip", "5"], "no tasks selected"),
         (["mbpp"], "mbpp needs its data file"),
+        ([str(data), "--executor", "bogus"], "--executor must be one of"),
+        ([str(data), "--address", "x"], "--address needs --executor ray"),
+        ([str(data), "-s", "refine:context=sideways"], "strategy 'refine:context=sideways': context"),
+        ([str(tmp_path)], "a directory, not a file"),
     ]:
         result = run_cli(*args, "-o", str(tmp_path / "out"), "--trace", str(tmp_path / "t.db"))
         assert result.exit_code == 2, result.output
-        assert message in result.output and "Traceback" not in result.output
+        assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert "--out must be a folder" in run_cli(str(data), "-o", str(data)).output
     for score, message in [({"answr": "x"}, "score: answr: unknown field"), ({"regex": "("}, "score: regex:"),
                            ({"test_code": "assert ("}, "score: test_code: not valid Python"),
                            ({"tests": "missing.py"}, "score: tests: file not found")]:

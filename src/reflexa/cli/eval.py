@@ -63,8 +63,7 @@ def eval_command(
     from ..trace.store import trace_env
 
     with clean_errors():
-        if address is not None and executor != "ray":
-            raise ConfigError("--address needs --executor ray")
+        _check_flags(out, executor, address)
         path, tasks, chosen, bases = _selected(dataset, strategies, baselines, out, ids, skip, limit,
                                                {"max_tokens": max_tokens, "max_seconds": max_seconds})
         store = trace or trace_env() or str(default_path())
@@ -100,6 +99,19 @@ def _selected(dataset: str, strategies: str, baselines: str | None, out: Path, i
             raise ConfigError(f"strategy {strategy.name!r} runs {strategy.loop} tasks, and none is selected",
                               hint="a LOOP:... strategy runs the tasks of that loop; single runs any")
     return path, tasks, chosen, _baselines(baselines, [s.name for s in chosen])
+
+
+def _check_flags(out: Path, executor: str, address: str | None) -> None:
+    """The flags that are wrong on their own, before anything is read or shown."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out must be a folder: {out} is a file")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError("--address needs --executor ray")
+
+
+EXECUTORS = ("local", "threads", "processes", "async", "ray")
 
 
 def _baselines(text: str | None, names: list[str]) -> list[str] | None:
