@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _pg import pg_server  # noqa: F401 - a fixture: a PostgreSQL server on 127.0.0.1
 from typer.testing import CliRunner
 
 from reflexa.cli.app import app
@@ -382,3 +383,15 @@ def test_every_executor_gives_the_same_rows(tmp_path, executor):
     assert len(got) == 12
     assert {(t, s): r["passed"] for (t, s), r in got.items()} == {
         (f"t{i}", s): s != "single" for i in range(4) for s in ("single", "resample@2", "refine")}
+
+
+def test_an_eval_on_a_postgresql_store(tmp_path, request):
+    trace = request.getfixturevalue("pg_server").database()
+    data = refine_dataset(tmp_path)
+    model = script(tmp_path, generator=[BAD, GOOD, GOOD, GOOD], reflector=[LESSON])
+    args = (str(data), "-s", "single,resample@2", "-m", model, "--trace", trace, "-o", str(tmp_path / "out"),
+            "--json")
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    again = run_cli(*args, "--report-only")
+    assert json.loads(again.output)["strategies"] == json.loads(first.output)["strategies"]
