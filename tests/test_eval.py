@@ -395,3 +395,26 @@ def test_an_eval_on_a_postgresql_store(tmp_path, request):
     assert first.exit_code == 0, first.output
     again = run_cli(*args, "--report-only")
     assert json.loads(again.output)["strategies"] == json.loads(first.output)["strategies"]
+
+
+def test_a_plan_task_s_baseline_is_one_react_run_on_the_whole_task(tmp_path, shop):
+    from reflexa.eval.strategies import as_react
+    from reflexa.tasks import TaskSpec
+
+    def act(tool, **args):
+        return {"action": {"thought": f"call {tool}", "tool": tool, "args": args}}
+
+    plan = TaskSpec(loop="plan", task="Which city does the buyer of order 5 live in?", db=str(shop),
+                    facts=["cities are in the customers table"], max_steps=6, replan=False)
+    react = as_react(plan)
+    assert (react.loop, react.db, react.max_steps) == ("react", str(shop), 6)
+    assert react.task.endswith("Facts: cities are in the customers table")
+    data = write_jsonl(tmp_path / "data.jsonl", [{"id": "city", **plan.dump(), "score": {"answer": "Osaka"}}])
+    model = script(tmp_path, generator=[
+        act("query", sql="SELECT c.city FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.id = 5"),
+        act("final_answer", answer="Osaka")])
+    result = run_cli(str(data), "-s", "one-react", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
+                     str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    row = rows(tmp_path / "out")[("city", "one-react")]
+    assert row["passed"] and row["loop"] == "plan" and row["calls"] == 2

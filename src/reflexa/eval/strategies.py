@@ -13,6 +13,7 @@
     tutorial, reflect-every-step
                               react tasks: the tutorial agent loop, without and with a reflection per step
     always-search             research tasks: search with the question, whole passages, one revision
+    one-react                 plan tasks: the whole task as one react run, no planner
     resample@=NAME            fresh samples as above (at the default temperature) while this task's tokens
                               are below what strategy NAME spent on the same task (at most MAX_SAMPLES): the
                               equal-cost baseline; the last sample is cut at what is left. NAME is
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from ..tasks import TaskSpec
-from ..tasks.spec import LOOPS, field_errors
+from ..tasks.spec import COMMON, LOOPS, OWN_FIELDS, field_errors
 from .naive import NAIVE
 
 DEFAULT_TEMPERATURE = 0.8
@@ -72,6 +73,8 @@ class Strategy:
 
     def spec_for(self, spec: TaskSpec) -> TaskSpec:
         """The task as this strategy runs it."""
+        if self.name == ONE_REACT:
+            return as_react(spec)
         options = {**SINGLE[spec.loop], **self.options} if self.name == "single" else self.options
         return spec.with_options(**options) if options else spec
 
@@ -79,6 +82,19 @@ class Strategy:
         """A resample's sample `index`: greedy first, then at its temperature with seed `index`."""
         one = spec.with_options(max_attempts=1, reflect=False)
         return one if index == 0 else one.with_options(temperature=self.temperature, seed=index)
+
+
+ONE_REACT = "one-react"
+"""plan tasks: the whole task as one react run, with no planner (plan's own baseline)."""
+
+
+def as_react(spec: TaskSpec) -> TaskSpec:
+    """A plan task as one react task: its tools, validator, models and budget; its facts in the task."""
+    keep = COMMON | OWN_FIELDS["react"]
+    data = {k: v for k, v in spec.model_dump(by_alias=True, exclude_unset=True).items()
+            if k.rstrip("_") in keep or k == "validate"}
+    task = spec.task + ("\n\nFacts: " + "; ".join(spec.facts) if spec.facts else "")
+    return TaskSpec.parse({**data, "loop": "react", "task": task})
 
 
 def parse_strategies(text: str) -> list[Strategy]:
@@ -107,6 +123,8 @@ def parse_strategy(name: str) -> Strategy:
         return Strategy(name)
     if name in NAIVE:
         return Strategy(name, NAIVE[name], naive=name)
+    if name == ONE_REACT:
+        return Strategy(name, "plan")
     if name.startswith("resample@="):  # everything after '=' names the matched strategy, options and all
         return Strategy(name, "refine", match=name.removeprefix("resample@="))
     if match := re.fullmatch(r"resample@(\d+)", head):
@@ -127,7 +145,7 @@ def parse_strategy(name: str) -> Strategy:
                               hint="its options are task spec fields of that loop (docs/tasks.md)") from None
         return Strategy(name, head, options)
     raise ConfigError(f"unknown strategy {name!r}", hint=f"single, resample@K, resample@=NAME, {', '.join(NAIVE)}, "
-                      "or a loop with options (refine:reflect=off)")
+                      f"{ONE_REACT}, or a loop with options (refine:reflect=off)")
 
 
 def _placeholder(loop: str) -> dict[str, Any]:
