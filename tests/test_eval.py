@@ -418,3 +418,14 @@ def test_a_plan_task_s_baseline_is_one_react_run_on_the_whole_task(tmp_path, sho
     assert result.exit_code == 0, result.output
     row = rows(tmp_path / "out")[("city", "one-react")]
     assert row["passed"] and row["loop"] == "plan" and row["calls"] == 2
+
+
+def test_the_test_model_s_calls_are_never_shared_even_under_a_connection_limit():
+    from reflexa import ScriptedModel
+    from reflexa.eval.calls import CallCache, Ledger, SharedCalls
+    from reflexa.models.limit import LimitedModel
+
+    inner = LimitedModel(ScriptedModel(["one", "two"]), 2)
+    cache = CallCache()
+    ask = [{"role": "user", "content": "hi"}]
+    assert [SharedCalls(inner, cache, Ledger()).complete(ask).text for _ in range(2)] == ["one", "two"]

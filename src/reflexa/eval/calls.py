@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..models.base import Completion, Generation, Model, OnToken
+from ..models.limit import LimitedModel
 from ..structured import Message, Schema, json_schema_of
 
 
@@ -36,6 +37,13 @@ class CallCache:
 
     replies: dict[str, tuple[Completion, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _follows_prompt(model: Model) -> bool:
+    """The backend's `replies_by_prompt`, under any connection limit wrapped around it."""
+    while isinstance(model, LimitedModel):
+        model = model.inner
+    return model.replies_by_prompt
 
 
 class SharedCalls(Model):
@@ -75,7 +83,7 @@ class SharedCalls(Model):
     def _key(self, messages: list[Message], schema: Schema | None, max_tokens: int, temperature: float,
              time_left: float | None) -> str | None:
         """What decides the reply, or None for a call that is never shared."""
-        if time_left is not None or not self.inner.replies_by_prompt:
+        if time_left is not None or not _follows_prompt(self.inner):
             return None
         return json.dumps([self.inner.spec, self.inner.seed if temperature > 0 else None, temperature, max_tokens,
                            messages, json_schema_of(schema) if schema is not None else None], default=str)
