@@ -189,15 +189,18 @@ def _always_search(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | 
     from ..loops import research_prompts as prompts
     from ..tasks.run import search_backend
 
-    draft = run.call(Role.GENERATOR, prompts.draft(spec.task), schema=prompts.Draft, max_tokens=512)
-    if draft is None or draft.value is None:
+    reply = run.call(Role.GENERATOR, prompts.draft(spec.task), schema=prompts.Draft, max_tokens=512)
+    if reply is None:
+        return None, False, 0
+    draft = reply.value if reply.value is not None else prompts.salvage(reply.text)  # as research salvages it
+    if draft is None:
         return None, False, 0
     evidence = search_backend(spec).search(spec.task, SEARCH_K)
     numbered = list(enumerate(evidence, 1))
-    revised = run.call(Role.GENERATOR, prompts.revise(spec.task, draft.value, numbered, {}),
+    revised = run.call(Role.GENERATOR, prompts.revise(spec.task, draft, numbered, {}),
                        schema=prompts.Revision, max_tokens=700)
     if revised is None or revised.value is None:
-        return draft.value.answer, True, 1
+        return draft.answer, True, 1
     answer = prompts.with_citations(revised.value.answer, revised.value.evidence_used, evidence, spec.task,
                                     revised.value.quote)
     return answer, True, 1

@@ -26,7 +26,7 @@ from ..loops import Session
 from ..loops.refine import Attempt
 from ..models.base import Model
 from ..tasks import TaskSpec
-from ..types import Result
+from ..types import Result, Role
 from .calls import CallCache, Ledger, SharedCalls
 from .dataset import EvalTask
 from .naive import run_naive
@@ -156,9 +156,10 @@ class Outcome:
     error: str | None = None
 
     def add(self, result: Result) -> None:
-        usage = result.total_usage
-        self.tokens += usage.total_tokens
-        self.calls += usage.calls
+        self.tokens += result.total_usage.total_tokens
+        # Model calls: a search is a call of the search role, and one the store has cached (from another
+        # strategy's run on the same task) is not made again, so searches are not counted.
+        self.calls += sum(usage.calls for role, usage in result.usage.items() if role != Role.SEARCH)
         self.run_ids.append(result.run_id)
         self.samples += 1
 
