@@ -105,15 +105,13 @@ def test_a_killed_ray_driver_loses_nothing_and_a_rerun_finishes(tmp_path, reques
 
 
 def test_an_eval_runs_its_tasks_as_ray_tasks(tmp_path, ray_tmp):
-    from typer.testing import CliRunner
-
-    from reflexa.cli.app import app
-
+    # In a process of its own: Ray does not start again in a process where an earlier test shut it down.
     path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(3)])
     model = replies(tmp_path, "good.json", [GOOD])
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["eval", str(path), "-s", "single,resample@2", "-m", model, "--executor", "ray",
-                                      "-c", "2", "--trace", str(tmp_path / "t.db"), "-o", str(out), "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["strategies"]["single"]["solved"] == 3
+    result = subprocess.run([sys.executable, "-m", "reflexa.cli", "eval", str(path), "-s", "single,resample@2", "-m",
+                             model, "--executor", "ray", "-c", "2", "--trace", str(tmp_path / "t.db"), "-o", str(out),
+                             "--json"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["strategies"]["single"]["solved"] == 3
     assert len(rows(out / "rows.jsonl")) == 6
