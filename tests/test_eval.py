@@ -148,8 +148,16 @@ def test_the_same_command_resumes_and_runs_only_what_has_no_row(tmp_path):
                    "--json")
     assert more.exit_code == 0, more.output
     assert len((out / "rows.jsonl").read_text().splitlines()) == 4
-    # --report-only reads what is stored and runs nothing, even a strategy with no rows yet
+    # the rows file alone resumes: with a new store and a script with nothing left, nothing runs again
     (tmp_path / "model.json").write_text(json.dumps({"generator": []}))
+    fresh = run_cli(str(data), "-s", "single,refine:reflect=off", "-m", model, "--trace", str(tmp_path / "new.db"),
+                    "-o", str(out), "--json")
+    assert fresh.exit_code == 0, fresh.output
+    resumed = json.loads(fresh.output)["strategies"]
+    assert resumed["single"]["solved"] == 1
+    assert resumed["single"]["errors"] == resumed["refine:reflect=off"]["errors"] == 0
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 4
+    # --report-only reads what is stored and runs nothing, even a strategy with no rows yet
     report = run_cli(str(data), "-s", "single,refine", "-m", model, "--trace", trace, "-o", str(out), "--json",
                      "--report-only")
     assert report.exit_code == 0, report.output

@@ -295,8 +295,15 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
 
 def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results: ResultsFile,
                   state: EvalProgress) -> list[tuple[int, EvalTask]]:
-    """The tasks with a strategy still to run; the rows the store has go to the results file now."""
+    """The tasks with a strategy still to run; the rows the store has go to the results file now, and the
+    rows the results file has that the store lacks (the file came from another machine, or its store was
+    deleted) go to the store, so a rows file alone resumes an eval. Their runs stay in the store that made
+    them."""
     stored = dict(store.items(namespace(config.eval_id)))
+    for key, kept in _file_rows(results.path, config.eval_id).items():
+        if key not in stored:
+            store.put(namespace(config.eval_id), key, kept)
+            stored[key] = kept
     todo = []
     for index, task in enumerate(tasks):
         rows = [stored.get(row_key(task.id, s.name)) for s in config.strategies if s.applies(task.spec)]
@@ -310,6 +317,19 @@ def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results
             todo.append((index, task))
     results.sync()
     return todo
+
+
+def _file_rows(path: Path, ident: str) -> dict[str, dict[str, Any]]:
+    """The eval's whole rows in a results file, by key (lines of other evals, or not rows, are skipped)."""
+    rows = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("batch") == ident and isinstance(row.get("key"), str):
+            rows[row["key"]] = row
+    return rows
 
 
 def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, concurrency: int,
