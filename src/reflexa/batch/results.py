@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,18 @@ from ..errors import ConfigError
 ROW_START = b'{"batch": '
 """How every row begins (json.dumps of a row, "batch" its first key): a partial last line that begins so
 is a row a kill cut short, and is cut off; any other is the user's and is left alone."""
+
+
+def own_rows(data: bytes, batch_id: str) -> Iterator[dict[str, Any]]:
+    """The whole rows of batch (or eval) `batch_id` in a results file's bytes; other lines are skipped (a
+    results file is the user's to edit)."""
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("batch") == batch_id and isinstance(row.get("key"), str):
+            yield row
 
 
 class ResultsFile:
@@ -48,13 +61,7 @@ class ResultsFile:
                 fh.truncate(end)
                 fh.flush()
                 os.fsync(fh.fileno())
-        for line in data[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # not ours: a results file is the user's to edit
-            if isinstance(row, dict) and row.get("batch") == self.batch_id and isinstance(row.get("key"), str):
-                self.keys.add(row["key"])
+        self.keys.update(row["key"] for row in own_rows(data[:end], self.batch_id))
 
     def append(self, row: dict[str, Any], *, sync: bool = True) -> bool:
         """Write a row unless its task is in already; True when written. Durable when this returns, unless

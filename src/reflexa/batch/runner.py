@@ -28,6 +28,7 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     wait,
 )
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,25 +164,34 @@ def run_batch(tasks_path: Path, loop: str = "refine", *, store: str, model: str 
                                               if p is not None])
     results = ResultsFile(results_path, ident)
     shared = worker_store(store)
-    owner = f"batch-driver:{os.getpid()}"
-    try:
-        shared.acquire_lease(namespace(ident), owner, os.getpid())
-    except RunLeased as exc:
-        results.close()
-        raise ConfigError(f"batch {ident} is already running: pid {exc.pid} on {exc.host}",
-                          hint="wait for it, or stop it; a stopped batch resumes on the same command") from None
     state = Progress(ident, len(tasks))
-    try:
+    with driving(shared, namespace(ident), "batch", ident, results,
+                 hint="wait for it, or stop it; a stopped batch resumes on the same command"):
         todo = _skip_finished(tasks, shared, config, results, state)
         if todo:
             _drive(todo, config, pick_executor(executor, model), concurrency, address, max_tasks_per_worker,
                    results, state, progress)
         elif progress:
             progress(state)
-    finally:
-        shared.release_lease(namespace(ident), owner)
-        results.close()
     return state
+
+
+@contextmanager
+def driving(store: Any, ns: str, what: str, ident: str, results: ResultsFile, *,
+            hint: str | None = None) -> Iterator[None]:
+    """Hold the driver's lease on `ns` while the body runs, so a second driver of the same batch or eval is
+    refused (a ConfigError naming the process that holds it); the results file is closed either way."""
+    owner = f"{what}-driver:{os.getpid()}"
+    try:
+        store.acquire_lease(ns, owner, os.getpid())
+    except RunLeased as exc:
+        results.close()
+        raise ConfigError(f"{what} {ident} is already running: pid {exc.pid} on {exc.host}", hint=hint) from None
+    try:
+        yield
+    finally:
+        store.release_lease(ns, owner)
+        results.close()
 
 
 def _models(model: str | None, reflector: str | None) -> tuple[str | None, str | None]:

@@ -105,13 +105,13 @@ def _check_flags(out: Path, executor: str, address: str | None) -> None:
     """The flags that are wrong on their own, before anything is read or shown."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out must be a folder: {out} is a file")
+    from ..eval.runner import EXECUTORS
+
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
     if address is not None and executor != "ray":
         raise ConfigError("--address needs --executor ray")
 
-
-EXECUTORS = ("local", "threads", "processes", "async", "ray")
 
 
 def _baselines(text: str | None, names: list[str]) -> list[str] | None:

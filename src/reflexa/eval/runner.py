@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..batch.results import ResultsFile
+from ..batch.results import ResultsFile, own_rows
 from ..batch.worker import worker_model, worker_store
 from ..errors import ConfigError, ReflexaError
 from ..loops import Session
@@ -33,6 +32,8 @@ from .naive import run_naive
 from .score import scored
 from .strategies import MAX_SAMPLES, Strategy, run_order
 
+EXECUTORS = ("local", "threads", "processes", "async", "ray")
+"""Where an eval's tasks run: threads, or processes for the embedded model (local), coroutines, or Ray."""
 ANSWER_CHARS = 4000
 """A row keeps at most this much of the final answer (the full one is in the run's trace)."""
 
@@ -236,7 +237,6 @@ class EvalProgress:
     done: int = 0
     """Tasks whose every strategy has a row (those done before included)."""
     rows: list[dict[str, Any]] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
 
 
 class EvalInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, as BatchInterrupted
@@ -254,40 +254,29 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
     """Run every strategy on every task the store has no row for; rows go to OUT/rows.jsonl. Returns the
     final progress, whose `rows` are every row of the eval's tasks and strategies. `share_calls`: the
     strategies on a task share their deterministic model calls (calls.py)."""
-    from ..batch.runner import pick_executor
+    from ..batch.runner import driving, pick_executor
     from ..trace.postgres import is_url
 
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
-    if executor not in ("local", "threads", "processes", "async", "ray"):
-        raise ConfigError(f"unknown executor {executor!r}", hint="use local, threads, processes, async or ray")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}", hint=f"use {', '.join(EXECUTORS)}")
     ident, model, reflector_model = identity(dataset, model, reflector_model)
     store = store if is_url(store) else str(Path(store).resolve())
     config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections, share_calls)
     results = ResultsFile(out / "rows.jsonl", ident)
     state = EvalProgress(ident, len(tasks))
     shared = worker_store(store)
-    owner = f"eval-driver:{os.getpid()}"
-    from ..errors import RunLeased
-
-    try:
-        shared.acquire_lease(namespace(ident), owner, os.getpid())
-    except RunLeased as exc:
-        results.close()
-        raise ConfigError(f"eval {ident} is already running: pid {exc.pid} on {exc.host}") from None
-    header = shared.get(EVALS, ident) or {"started": time.time()}
-    names = list(dict.fromkeys([*header.get("strategies", []), *(s.name for s in strategies)]))
-    shared.put(EVALS, ident, {**header, "dataset": str(dataset), "model": model, "reflector_model": reflector_model,
-                              "strategies": names, "updated": time.time()})
-    try:
+    with driving(shared, namespace(ident), "eval", ident, results):
+        header = shared.get(EVALS, ident) or {"started": time.time()}
+        names = list(dict.fromkeys([*header.get("strategies", []), *(s.name for s in strategies)]))
+        shared.put(EVALS, ident, {**header, "dataset": str(dataset), "model": model,
+                                  "reflector_model": reflector_model, "strategies": names, "updated": time.time()})
         todo = _collect_done(tasks, config, shared, results, state)
         if progress:
             progress(state)
         if todo:
             _drive(todo, config, pick_executor(executor, model), concurrency, address, results, state, progress)
-    finally:
-        shared.release_lease(namespace(ident), owner)
-        results.close()
     order = {(t.id, s.name): i for i, (t, s) in enumerate((t, s) for t in tasks for s in strategies)}
     state.rows.sort(key=lambda row: order.get((row["task"], row["strategy"]), len(order)))
     return state
@@ -300,10 +289,10 @@ def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results
     deleted) go to the store, so a rows file alone resumes an eval. Their runs stay in the store that made
     them."""
     stored = dict(store.items(namespace(config.eval_id)))
-    for key, kept in _file_rows(results.path, config.eval_id).items():
-        if key not in stored:
-            store.put(namespace(config.eval_id), key, kept)
-            stored[key] = kept
+    for kept in own_rows(results.path.read_bytes(), config.eval_id):  # ResultsFile has made the file
+        if kept["key"] not in stored:
+            store.put(namespace(config.eval_id), kept["key"], kept)
+            stored[kept["key"]] = kept
     todo = []
     for index, task in enumerate(tasks):
         rows = [stored.get(row_key(task.id, s.name)) for s in config.strategies if s.applies(task.spec)]
@@ -317,19 +306,6 @@ def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results
             todo.append((index, task))
     results.sync()
     return todo
-
-
-def _file_rows(path: Path, ident: str) -> dict[str, dict[str, Any]]:
-    """The eval's whole rows in a results file, by key (lines of other evals, or not rows, are skipped)."""
-    rows = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("batch") == ident and isinstance(row.get("key"), str):
-            rows[row["key"]] = row
-    return rows
 
 
 def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, concurrency: int,
