@@ -193,9 +193,10 @@ def test_other_loops_are_scored_by_their_answer(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "paris.md").write_text("# Paris\n\nParis is the capital of France.\n")
+    (corpus / "seine.md").write_text("# Seine\n\nThe Seine flows through the capital of France.\n")
     data = write_jsonl(tmp_path / "data.jsonl", [
         {"id": "q", "loop": "research", "task": "What is the capital of France?", "corpus": "corpus",
-         "score": {"answer": ["Paris"]}}])
+         "score": {"answer": ["Paris"], "citations": ["paris.md", "seine.md"]}}])
     model = script(tmp_path, generator=[
         {"answer": "[UNCERTAIN: somewhere in France]", "reflection": {"missing": ["capital of France"],
                                                                       "superfluous": []},
@@ -210,6 +211,13 @@ def test_other_loops_are_scored_by_their_answer(tmp_path):
     always = rows(tmp_path / "out")[("q", "always-search")]
     # it cites what it found, but nothing checked its answer: unverified, and solved by the gold answer
     assert always["passed"] and not always["visible"] and always["stop_reason"] == "ANSWERED_UNVERIFIED", always
+    # both name paris.md in their references: one right citation of one made, one of the two gold documents
+    assert row["citations"] == always["citations"] == {"right": 1, "cited": 1, "gold": 2}
+    report = json.loads(result.stdout)["strategies"]["always-search"]
+    assert (report["citation_precision"], report["citation_recall"]) == (1.0, 0.5)
+    table = run_cli(str(data), "-s", "single,always-search", "-m", model, "--report-only", "--markdown", "--trace",
+                    str(tmp_path / "t.db"), "-o", str(tmp_path / "out"))
+    assert "| cite precision | cite recall |" in table.output and "| 1.0 (1/1) | 0.5 |" in table.output
     bad = run_cli(str(data), "-s", "refine", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
                   str(tmp_path / "out"))
     assert bad.exit_code == 2 and "runs refine tasks, and none is selected" in bad.output
@@ -278,11 +286,19 @@ def test_mbpp_shows_the_first_assert_and_scores_all_of_them(tmp_path):
 def test_hotpotqa_gives_each_question_its_own_corpus(tmp_path):
     source = write_jsonl(tmp_path / "hq.jsonl", [{
         "id": "q1", "question": "Which city?", "answer": "Paris",
-        "context": {"title": ["Paris", "Rome"], "sentences": [["Paris is in France."], ["Rome is in Italy."]]}}])
+        "context": {"title": ["Paris", "Rome"], "sentences": [["Paris is in France.", " It has a river."],
+                                                              ["Rome is in Italy."]]},
+        "supporting_facts": {"title": ["Paris", "Rome", "Nowhere"], "sent_id": [1, 0, 0]}}])
     (task,) = read_dataset(f"hotpotqa:{source}", tmp_path / "out")
     assert task.spec.loop == "research" and task.score.answer == "Paris"
-    pages = sorted(p.read_text() for p in Path(task.spec.path("corpus")).iterdir())
-    assert pages == ["# Paris\n\nParis is in France.\n", "# Rome\n\nRome is in Italy.\n"]
+    corpus = Path(task.spec.path("corpus"))
+    pages = {p.name: p.read_text() for p in corpus.iterdir()}
+    assert pages == {"00-00.md": "# Paris\n\nParis is in France.\n", "00-01.md": "# Paris\n\nIt has a river.\n",
+                     "01-00.md": "# Rome\n\nRome is in Italy.\n"}
+    assert task.score.citations == ["00-01.md", "01-00.md"]  # the supporting facts' sentences
+    (corpus / "99-00.md").write_text("a page the data no longer has")
+    read_dataset(f"hotpotqa:{source}", tmp_path / "out")
+    assert sorted(p.name for p in corpus.iterdir()) == sorted(pages)
 
 
 def test_resample_draws_greedy_first_then_each_sample_at_its_own_seed(tmp_path):

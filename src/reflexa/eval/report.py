@@ -63,7 +63,19 @@ def _strategy(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_solved": round(tokens / solved, 1) if solved else None,
         "calls_per_task": round(sum(r["calls"] for r in rows) / len(rows), 2) if rows else None,
         "seconds_per_solved": round(seconds / solved, 2) if solved else None,
+        **_citations([r["citations"] for r in rows if r.get("citations")]),
     }
+
+
+def _citations(found: list[dict[str, int]]) -> dict[str, Any]:
+    """Citation precision (right / cited) and recall (right / gold) over the rows whose score lists citations;
+    nothing when none does."""
+    if not found:
+        return {}
+    right, cited, gold = (sum(c[key] for c in found) for key in ("right", "cited", "gold"))
+    return {"citations": {"right": right, "cited": cited, "gold": gold},
+            "citation_precision": round(right / cited, 2) if cited else None,
+            "citation_recall": round(right / gold, 2) if gold else None}
 
 
 def _compare(name: str, base: str, rows: dict[str, dict[str, Any]], base_rows: dict[str, dict[str, Any]]
@@ -86,6 +98,22 @@ COLUMNS = (("solved", "solved"), ("first_solved", "1st"), ("fail_to_pass", "f→
 """The report's columns: solved (by the score), solved by the first attempt, fail→pass and pass→fail against
 that first attempt, passed the visible checks but not the score, tokens per task and per solved task, model
 calls per task, wall seconds per solved task."""
+CITATION_COLUMNS = (("citation_precision", "cite\nprecision"), ("citation_recall", "cite\nrecall"))
+"""Added when the tasks' scores list citations: right / cited (with the counts), right / gold."""
+
+
+def columns(report: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The report's columns: COLUMNS, and CITATION_COLUMNS when a strategy has citation figures."""
+    cites = any("citations" in s for s in report["strategies"].values())
+    return COLUMNS + CITATION_COLUMNS if cites else COLUMNS
+
+
+def cell(s: dict[str, Any], key: str) -> str:
+    """One strategy's figure as the report shows it: a dash for none, a precision with its counts."""
+    value = s.get(key)
+    if key == "citation_precision" and "citations" in s:
+        return f"{_cell(value)} ({s['citations']['right']}/{s['citations']['cited']})"
+    return _cell(value)
 
 
 def _cell(value: Any) -> str:
@@ -101,10 +129,11 @@ def comparison_line(c: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown table and a list of comparisons."""
-    head = "| strategy | tasks | " + " | ".join(label.replace("\n", " ") for _, label in COLUMNS) + " |"
-    lines = [head, "|" + " --- |" * (len(COLUMNS) + 2)]
+    shown = columns(report)
+    head = "| strategy | tasks | " + " | ".join(label.replace("\n", " ") for _, label in shown) + " |"
+    lines = [head, "|" + " --- |" * (len(shown) + 2)]
     for name, s in report["strategies"].items():
-        lines.append(f"| {name} | {s['tasks']} | " + " | ".join(_cell(s[key]) for key, _ in COLUMNS) + " |")
+        lines.append(f"| {name} | {s['tasks']} | " + " | ".join(cell(s, key) for key, _ in shown) + " |")
     if report["comparisons"]:
         lines += ["", *[f"- {comparison_line(c)}" for c in report["comparisons"]]]
     return "\n".join(lines) + "\n"
@@ -118,8 +147,9 @@ def table(report: dict[str, Any]) -> Any:
     out = Table(title=f"{report['tasks']} task(s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                 collapse_padding=True)
     out.add_column("strategy", style="bold", overflow="fold", min_width=12)
-    for _, label in COLUMNS:
+    shown = columns(report)
+    for _, label in shown:
         out.add_column(label, justify="right", no_wrap=True)
     for name, s in report["strategies"].items():
-        out.add_row(name, *[_cell(s[key]) for key, _ in COLUMNS])
+        out.add_row(name, *[cell(s, key) for key, _ in shown])
     return out

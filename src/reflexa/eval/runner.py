@@ -29,7 +29,7 @@ from ..types import Result, Role
 from .calls import CallCache, Ledger, SharedCalls
 from .dataset import EvalTask
 from .naive import run_naive
-from .score import scored
+from .score import citations, scored
 from .strategies import MAX_SAMPLES, Strategy, run_order
 
 EXECUTORS = ("local", "threads", "processes", "async", "ray")
@@ -135,7 +135,7 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
             "strategy": strategy.name, "loop": task.spec.loop, "passed": passed, "visible": outcome.visible,
             "first_passed": first, "tokens": outcome.tokens, "calls": outcome.calls, "seconds": round(seconds, 3),
             "stop_reason": outcome.stop_reason, "samples": outcome.samples, "run_ids": outcome.run_ids,
-            "shared_calls": ledger.calls,
+            "shared_calls": ledger.calls, "citations": citations(task, outcome.answer),
             "answer": (outcome.answer or "")[:ANSWER_CHARS], "error": outcome.error, "meta": task.spec.meta}
 
 

@@ -51,6 +51,28 @@ def answer_part(output: str) -> str:
     return output
 
 
+REFERENCES = "\n\nReferences:\n"
+"""Where `research`'s answer lists what it cites, a line each: `[n] title: source`."""
+
+
+def cited_documents(output: str) -> set[str]:
+    """The documents an answer's references name: each reference's source without its `#passage`."""
+    _, found, block = output.partition(REFERENCES)
+    if not found:
+        return set()
+    return {line.rpartition(": ")[2].rsplit("#", 1)[0] for line in block.splitlines()
+            if re.match(r"\[\d+\] ", line) and ": " in line}
+
+
+def citations(task: EvalTask, output: str | None) -> dict[str, int] | None:
+    """How the answer's references match the score's `citations`: right (named and gold), cited (named)
+    and gold; None when the score lists none."""
+    if task.score is None or task.score.citations is None:
+        return None
+    cited, gold = cited_documents(output or ""), set(task.score.citations)
+    return {"right": len(cited & gold), "cited": len(cited), "gold": len(gold)}
+
+
 def normalise(text: str) -> str:
     """Lower case, citation markers, punctuation and articles out (SQuAD's normalisation)."""
     text = re.sub(r"\[\d+\]", " ", text.lower())

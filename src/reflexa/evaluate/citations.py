@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 
+from ..search.base import Evidence
 from ..types import ErrorCode, Signal
 
 _CITE = re.compile(r"\[([1-9][0-9]*)\]")
@@ -32,6 +33,17 @@ _URL = re.compile(r"(?:[a-z][a-z0-9+.-]{1,15})://[^\s<>()\[\]]+|(?<![\w:/])//[\w
                   r"|(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?:/[^\s<>()\[\]\"']*)?", re.IGNORECASE)
 """A link: with a scheme, scheme-relative (//host), www., a mailto:, data:, javascript: or file: URI, a bare
 host with a path or a query (`evil.example/x?d=...`), or an IP address."""
+
+
+_TITLE_URL = re.compile(r"\S*://\S*|www\.\S+")
+
+
+def references(answer: str, evidence: list[Evidence]) -> str:
+    """The references block for the evidence `answer` cites (`evidence[n - 1]` is `[n]`), built from the
+    evidence only: `References:` and a line `[n] title: source` each; empty when it cites none."""
+    lines = [f"[{n}] {_TITLE_URL.sub('', evidence[n - 1].title).strip()[:120]}: {evidence[n - 1].source}"
+             for n in cited(answer) if 0 < n <= len(evidence)]
+    return "References:\n" + "\n".join(lines) if lines else ""
 
 
 def strip_references(answer: str) -> str:

@@ -7,12 +7,11 @@ feedback); the gate, the counters, NO_PROGRESS and the governor apply as everywh
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..evaluate.citations import audit, cited, clean, strip_references, verified
+from ..evaluate.citations import audit, clean, references, strip_references, verified
 from ..runtime import Run, Stop
 from ..search.base import Evidence, SearchBackend, SearchError
 from ..search.cache import SearchCache, normalise_query
@@ -275,17 +274,12 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
     return True
 
 
-_TITLE_URL = re.compile(r"\S*://\S*|www\.\S+")
-
-
 def _with_references(answer: str, s: ResearchState) -> str:
     """The answer, the run's notes, its failed searches and its references, built from evidence only."""
-    refs = [f"[{n}] {_TITLE_URL.sub('', s.evidence[n - 1].title).strip()[:120]}: {s.evidence[n - 1].source}"
-            for n in cited(answer) if 0 < n <= len(s.evidence)]
     parts = [answer.strip()] + [note[0].upper() + note[1:] + "." for note in s.notes if note.startswith(NO_SEARCH)]
     if s.failed:
         parts.append("Could not verify: " + "; ".join(f'search "{q}" failed ({why})' for q, why in s.failed.items()))
-    if refs:
-        parts.append("References:\n" + "\n".join(refs))
+    if refs := references(answer, s.evidence):
+        parts.append(refs)
     return "\n\n".join(parts)
 

@@ -229,7 +229,7 @@ class GovernorRow:
 
 def _eval_routes(app: FastAPI, pages: Pages) -> None:
     """The evals list and one eval's report: its table, the Pareto chart, the task × strategy grid."""
-    from ..eval.report import comparison_line, summarise
+    from ..eval.report import cell, columns, comparison_line, summarise
     from ..eval.runner import EVALS, namespace
 
     store = pages.store
@@ -255,7 +255,8 @@ def _eval_routes(app: FastAPI, pages: Pages) -> None:
         for row in rows:
             grid.setdefault(row["task"], {})[row["strategy"]] = row
         return pages.page("eval.html", title=f"eval {eval_id}", eval_id=eval_id, header=header, names=names,
-                          report=report, chart=chart, grid=grid,
+                          report=report, chart=chart, grid=grid, cell=cell,
+                          columns=[(key, label.replace("\n", " ")) for key, label in columns(report)],
                           comparisons=[comparison_line(c) for c in report["comparisons"]])
 
 
