@@ -102,52 +102,26 @@ def test_citation_rules_reproduce_the_hotpotqa_figures_from_the_kept_traces():
 
 def coding_replies(tmp_path, code: str) -> str:
     replies = tmp_path / "r.json"
-    judge = "<evaluation>PASS</evaluation><feedback>fine</feedback>"
-    replies.write_text(json.dumps([f"Plan: x\n```python\n{code}\n```", judge] * 40))
+    replies.write_text(json.dumps([f"Plan: x\n```python\n{code}\n```"] * 40))
     return f"scripted:{replies}"
 
 
-def test_humaneval_script_runs_every_strategy_and_resumes(tmp_path):
+def test_humaneval_bench_is_reflexa_eval_with_the_coding_strategies_and_resumes(tmp_path):
     spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
-    args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
-    run(*args)
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["strategies"]) == {"single", "refine", "n1", "n2"}
-    rows = (tmp_path / "rows.jsonl").read_text().splitlines()
-    assert len(rows) == 4
-    run(*args)  # a rerun skips the rows already there
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
-    run(*args, "--name", "other", "--strategies", "single")  # a named run has files of its own
-    assert json.loads((tmp_path / "other-report.json").read_text())["strategies"]["single"]["problems"] == 1
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
+    out = tmp_path / "he"
+    args = ["bench/humaneval.py", "--model", spec, "--limit", "1", "--out", str(out)]
+    report = run(*args)
+    assert report.lstrip().startswith("| strategy |") and "refine vs resample@=refine" in report
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert {r["strategy"] for r in rows} == {"single", "resample@3", "refine", "resample@=refine",
+                                            "refine:reflect=off"}
+    assert {r["task"] for r in rows} == {"HumanEval/0"} and not any(r["passed"] for r in rows)
+    assert (out / "traces.db").is_file()  # the traces go beside the rows unless --trace says otherwise
+    run(*args)  # the same command resumes: nothing left to run, no row added
+    assert len((out / "rows.jsonl").read_text().splitlines()) == len(rows)
 
 
-def test_refine_reflector_runs_beside_refine_and_needs_a_reflector_model(tmp_path):
-    spec = coding_replies(tmp_path, "def has_close_elements(numbers, threshold):\n    return False")
-    lessons = tmp_path / "lessons.json"
-    lesson = {"failure_step": "the loop", "observed_mismatch": "returned False for close numbers",
-              "root_cause": "no pair compared", "correction": "compare every pair"}
-    lessons.write_text(json.dumps([lesson] * 5))
-    args = ["bench/humaneval.py", "--model", spec, "--problems", "1", "--results", str(tmp_path)]
-    run(*args, "--strategies", "refine,refine-reflector", "--reflector-model", f"scripted:{lessons}")
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["reflector_model"] == "scripted" and set(report["strategies"]) == {"refine", "refine-reflector"}
-    refused = subprocess.run([sys.executable, *args, "--strategies", "refine-reflector", "--name", "other"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=240)
-    assert refused.returncode != 0 and "needs --reflector-model" in refused.stderr
-
-
-def test_coding_bench_alternates_the_strategies_order_problem_by_problem(tmp_path):
-    spec = coding_replies(tmp_path, "def f():\n    return 0")
-    run("bench/humaneval.py", "--model", spec, "--problems", "3", "--strategies", "single,n2",
-        "--results", str(tmp_path))
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert [(r["id"], r["strategy"]) for r in rows] == [
-        ("HumanEval/0", "single"), ("HumanEval/0", "n2"), ("HumanEval/1", "n2"), ("HumanEval/1", "single"),
-        ("HumanEval/2", "single"), ("HumanEval/2", "n2")]
-
-
-def test_mbpp_script_scores_hidden_tests(tmp_path):
+def test_mbpp_bench_scores_hidden_tests(tmp_path):
     data = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp-py-dev.jsonl"
     if not data.is_file():
         import pytest
@@ -155,9 +129,10 @@ def test_mbpp_script_scores_hidden_tests(tmp_path):
         pytest.skip("shared MBPP data not beside the checkout")
     # Fits the visible test (volume_cube(3) == 27) and fails the hidden ones.
     spec = coding_replies(tmp_path, "def volume_cube(l):\n    return 27")
-    run("bench/mbpp.py", "--model", spec, "--problems", "1", "--results", str(tmp_path), "--strategies", "single")
-    single = json.loads((tmp_path / "report.json").read_text())["strategies"]["single"]
-    assert single["visible_pass"] == 1 and single["solved"] == 0 and single["visible_pass_hidden_fail"] == 1
+    report = json.loads(run("bench/mbpp.py", "--model", spec, "--limit", "1", "--out", str(tmp_path),
+                            "--strategies", "single", "--json"))
+    single = report["strategies"]["single"]
+    assert single["visible_passed"] == 1 and single["solved"] == 0 and single["visible_not_solved"] == 1
 
 
 def test_threads_script(tmp_path, embedded):
@@ -245,28 +220,6 @@ def test_reflector_prompts_kept_traces_hold_the_recorded_runs_prompts(monkeypatc
         assert len(reflector_prompts.stored_prompts(db)) == 19  # as in reflector_prompts.log
 
 
-def test_a_recheck_merges_into_the_full_run_and_refuses_rows_that_could_move(tmp_path):
-    def row(strategy, id, passed, calls=1, stop="PASSED", first=None):
-        return {"strategy": strategy, "id": id, "first_passed": passed if first is None else first, "passed": passed,
-                "visible_passed": passed, "tokens": 100 * calls, "calls": calls, "attempts": calls, "seconds": 1.0,
-                "stop": stop}
-
-    def write(stem, rows):
-        (tmp_path / f"{stem}-rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    write("full", [row("single", "a", True), row("single", "b", False), row("refine", "a", True),
-                   row("refine", "b", False, calls=3, stop="NO_PROGRESS")])
-    write("re", [row("refine", "b", True, calls=2, first=False)])
-    args = ("bench/humaneval.py", "--merge", "--full", "full", "--name", "re", "--strategies", "refine",
-            "--results", str(tmp_path))
-    merged = json.loads(run(*args))["strategies"]["refine"]
-    assert merged["solved"] == 2 and merged["fail_to_pass"] == 1 and merged["calls_per_problem"] == 1.5
-    assert json.loads((tmp_path / "re-merged.json").read_text())["strategies"]["refine"] == merged
-    write("re", [])  # b was not rechecked, and its full-run row (3 calls) could move
-    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "could move" in out.stderr
-
-
 def test_lesson_probe_tells_the_reflector_from_the_attempt(tmp_path):
     wrong = "def rolling_max(numbers):\n    return numbers[1:]"
     right = ("def rolling_max(numbers):\n    out = []\n    for n in numbers:\n"
@@ -293,3 +246,14 @@ def test_lesson_probe_asks_the_reflector_model_when_given_one(tmp_path):
     out = run("bench/experiments/lesson_probe.py", "--model", f"scripted:{attempts}",
               "--reflector-model", f"scripted:{reflections}")
     assert out.splitlines()[1].startswith("2. reflector (scripted): kept: ") and "drops the first element" in out
+
+
+def test_retry_ab_reads_its_problems_as_reflexa_eval_does(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "experiments"))
+    import retry_ab
+
+    problem = retry_ab.problems("humaneval", 0, 1)[0]
+    wrong = "def has_close_elements(numbers, threshold):\n    return False"
+    right = ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold\n"
+             "               for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    assert problem.id == "HumanEval/0" and not problem.score(wrong) and problem.score(right)

@@ -19,19 +19,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harnesses and _common, in bench/
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-import humaneval
-import mbpp
-from _common import RESULTS, Output, Problem, append_row, read_rows
+from _common import DATA, RESULTS, Output, append_row, read_rows
 
 from reflexa import CheckContext, resolve_model
+from reflexa.eval.dataset import EvalTask, read_dataset
+from reflexa.eval.score import scored
 from reflexa.loops import refine_prompts
 from reflexa.loops.refine_prompts import split_reply
+from reflexa.tasks.run import checks
+
+
+@dataclass(slots=True)
+class Problem:
+    """One problem as `reflexa eval` reads it: the task, the check the loop sees, and the score."""
+
+    id: str
+    task: str
+    check: Any
+    eval_task: EvalTask
+
+    def score(self, candidate: str) -> bool:
+        """Every test: the task's score, else (HumanEval) its visible check."""
+        return scored(self.eval_task, candidate, self.check.run(candidate, CheckContext(self.task)).ok)
+
+
+def problems(bench: str, skip: int, limit: int) -> list[Problem]:
+    source = "humaneval" if bench == "humaneval" else f"mbpp:{DATA / 'mbpp' / 'mbpp-py-dev.jsonl'}"
+    with tempfile.TemporaryDirectory() as out:
+        tasks = read_dataset(source, Path(out), skip=skip, limit=max(limit - skip, 0))
+    return [Problem(t.id, t.spec.task, checks(t.spec)[0], t) for t in tasks]
 
 
 def feedback(signal: Any) -> str:
@@ -64,10 +88,7 @@ def main() -> None:
     parser.add_argument("--model", default="local")
     parser.add_argument("--name", default="retry_ab", help="the rows file: bench/results/experiments/NAME-rows.jsonl")
     args = parser.parse_args()
-    if args.bench == "mbpp":
-        chosen = mbpp.problems(mbpp.DATA, args.problems)[args.skip:]
-    else:
-        chosen = humaneval.problems(args.problems)[args.skip:]
+    chosen = problems(args.bench, args.skip, args.problems)
     chosen = [p for p in chosen if not args.ids or p.id in args.ids.split(",")]
     model = resolve_model(args.model)
     llama = model.llama  # type: ignore[attr-defined]

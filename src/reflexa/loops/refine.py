@@ -42,7 +42,7 @@ RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
 "Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
 shown the revision's lesson: on MBPP each way round lost the conversions this attempt makes on a small
-model (bench/README.md, MBPP)."""
+model (bench/README.md, Experiments: the harness before reflexa eval)."""
 MAX_LESSONS = 5
 """Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3
