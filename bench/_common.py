@@ -1,5 +1,5 @@
 """What the benchmark harnesses share: where a run's files go, rows that resume, reports, stored traces, the
-shop database with its answer check, the shared data sets, and the coding benches' way into `reflexa eval`.
+shop database with its answer check, the shared data sets, and the evals' way into `reflexa eval`.
 
 A run's files: each harness writes under bench/results/<bench>/ (--results), named by --name: rows.jsonl,
 report.json and traces.db for the latest run, NAME-rows.jsonl, NAME-report.json and NAME-traces.db for a
@@ -7,8 +7,8 @@ named one (a recheck, another model). Rows are appended as they finish, and a re
 there, so a run that is stopped loses nothing. Trace databases are not committed (a run writes them again);
 one that a figure needs is kept compressed as NAME-traces.db.xz, and `trace_db` reads either.
 
-The coding benches (bench/humaneval.py, bench/mbpp.py) are `reflexa eval` with their dataset and strategies:
-`eval_bench` below.
+HumanEval, MBPP and HotpotQA (bench/humaneval.py, bench/mbpp.py, bench/hotpotqa.py) are `reflexa eval` with
+their dataset and strategies: `eval_bench` below.
 """
 
 from __future__ import annotations
@@ -149,24 +149,25 @@ def correct(answer: str | None, expected: str) -> bool:
     return expected.lower() in answer.lower()
 
 
-# The coding benches (bench/humaneval.py, bench/mbpp.py) ----------------------------------------------------
+# The benches that are evals (bench/humaneval.py, bench/mbpp.py, bench/hotpotqa.py) ----------------------
 
 CODING_STRATEGIES = "single,resample@3,refine,resample@=refine,refine:reflect=off"
 """One attempt; three fresh samples filtered by the visible check; refine; fresh samples on refine's tokens for
 each problem; refine with no reflector call (docs/eval.md describes each)."""
 
 
-def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, ...] = ()) -> None:
-    """`reflexa eval DATASET` as a bench: the coding strategies, rows and traces in bench/results/eval/BENCH,
-    the report as Markdown, then `defaults` (e.g. `--limit 200`). An option in `argv` replaces the bench's
-    own; the others pass through."""
+def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, ...] = (),
+               strategies: str = CODING_STRATEGIES) -> None:
+    """`reflexa eval DATASET` as a bench: its strategies, rows and traces in bench/results/eval/BENCH, the
+    report as Markdown, then `defaults` (e.g. `--limit 200`). An option in `argv` replaces the bench's own;
+    the others pass through."""
     from reflexa.cli.app import main
 
     given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("-")}
     out = _value(argv, "--out", "-o") or str(RESULTS / "eval" / bench)
     args = ["eval", dataset]
     if not given & {"--strategies", "-s"}:
-        args += ["--strategies", CODING_STRATEGIES]
+        args += ["--strategies", strategies]
     if not given & {"--out", "-o"}:
         args += ["--out", out]
     if "--trace" not in given:

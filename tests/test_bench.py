@@ -53,7 +53,7 @@ def test_search_speed_script():
     assert "p50" in out and "cache hit" in out
 
 
-def test_hotpotqa_script(tmp_path):
+def test_hotpotqa_bench_is_reflexa_eval_and_its_citations_replay(tmp_path):
     data = ROOT.parent / "shared" / "data" / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"  # CI lays shared/ beside
     if not data.is_file():
         import pytest
@@ -66,14 +66,14 @@ def test_hotpotqa_script(tmp_path):
     }
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps([draft] * 40))
-    run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--data", str(data),
-        "--results", str(tmp_path))
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["strategies"]) == {"no-research", "every-time", "reflexa"}
-    # The citation rules replayed on those traces: the landed rule gives the bench's own figure.
+    report = json.loads(run("bench/hotpotqa.py", "--model", f"scripted:{replies}", "--limit", "2", "--out",
+                            str(tmp_path), "--json"))
+    assert set(report["strategies"]) == {"single", "always-search", "research"}
+    assert report["tasks"] == 2 and all(s["citations"]["gold"] > 0 for s in report["strategies"].values())
+    # The citation rules replayed on the research strategy's traces: the landed rule gives the eval's figure.
     replayed = run("bench/experiments/citation_rules.py", "--db", str(tmp_path / "traces.db"), "--data", str(data))
     landed = next(line for line in replayed.splitlines() if line.strip().startswith("landed"))
-    precision = report["strategies"]["reflexa"]["citation_precision"]
+    precision = report["strategies"]["research"]["citation_precision"]
     assert "2 research runs" in replayed and replayed.count("picked on ") == 4  # the split-half check too
     assert (f"precision {precision:.2f}" if precision is not None else "no citations") in landed
     # Traces kept compressed read the same.

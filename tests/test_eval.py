@@ -218,6 +218,7 @@ def test_other_loops_are_scored_by_their_answer(tmp_path):
     table = run_cli(str(data), "-s", "single,always-search", "-m", model, "--report-only", "--markdown", "--trace",
                     str(tmp_path / "t.db"), "-o", str(tmp_path / "out"))
     assert "| cite precision | cite recall |" in table.output and "| 1.0 (1/1) | 0.5 |" in table.output
+    assert "| 1st |" not in table.output  # no strategy made a first attempt of a refine task
     bad = run_cli(str(data), "-s", "refine", "-m", model, "--trace", str(tmp_path / "t.db"), "-o",
                   str(tmp_path / "out"))
     assert bad.exit_code == 2 and "runs refine tasks, and none is selected" in bad.output

@@ -2,8 +2,10 @@
 support an answer reach the citation-precision target (0.8) without a model call?
 
     .venv/bin/python bench/experiments/citation_rules.py [--db bench/results/hotpotqa/traces.db]
+    .venv/bin/python bench/experiments/citation_rules.py --db bench/results/eval/hotpotqa/traces.db
 
-Reads the traces `bench/hotpotqa.py` stores (its traces.db, or the traces.db.xz kept for a figure), takes
+Reads a HotpotQA run's traces: by default those the harness before `reflexa eval` stored (kept as
+results/hotpotqa/traces.db.xz), or `bench/hotpotqa.py`'s (of an eval, the runs of --strategy), takes
 each `research` run's last usable revision (its answer as the model wrote it, the passages it named as used,
 the evidence it was shown) and applies each rule in place of `research_prompts.with_citations`. It scores
 citations as the bench does (a citation is right when its (title, sentence) is a supporting fact). The
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -40,12 +43,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harnesses and _common, in bench/
 
-from _common import RESULTS, trace_db
-from hotpotqa import HOTPOTQA, citation_scores
+from _common import DATA, RESULTS, trace_db
 
-from reflexa.evaluate.citations import clean, strip_references
+from reflexa.evaluate.citations import cited, clean, strip_references
 from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, holds, tidy, with_citations
 from reflexa.search import Evidence
+
+HOTPOTQA = DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
+_SENTENCE_FILE = re.compile(r"(\d+)-(\d+)\.md#\d+")
+"""A passage of `reflexa eval`'s HotpotQA corpus: paragraph PP, sentence SS, a file each."""
+
+
+def fact(evidence: dict, row: dict) -> tuple[str, int]:
+    """The (title, sentence) a passage holds: from its file name in an eval's corpus (`PP-SS.md#0`), else
+    from its title and `title#SS` source (the harness before `reflexa eval`)."""
+    if found := _SENTENCE_FILE.fullmatch(evidence["source"]):
+        return row["context"]["title"][int(found.group(1))], int(found.group(2))
+    return evidence["title"], int(evidence["source"].rsplit("#", 1)[1])
+
+
+def citation_scores(evidence: list[dict], answer: str, row: dict) -> tuple[int, int, int]:
+    """(correct cited, cited, supporting facts)."""
+    by_number = {e["n"]: e for e in evidence}
+    gold = set(zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"], strict=True))
+    cited_facts = {fact(by_number[n], row) for n in cited(answer) if n in by_number}
+    return len(cited_facts & gold), len(cited_facts), len(gold)
 
 Rule = Callable[[str, list[int], list[Evidence], str, str], str]
 """(answer, evidence named as used, evidence shown, question, quote) -> the answer with its citations."""
@@ -116,14 +138,16 @@ RULES: dict[str, Rule] = {
 }
 
 
-def cases(db: Path) -> list[tuple[str, list[dict], dict | None, str]]:
-    """(question, evidence, last usable revision or None, the answer the run returned) per finished run."""
+def cases(db: Path, strategy: str = "research") -> list[tuple[str, list[dict], dict | None, str]]:
+    """(question, evidence, last usable revision or None, the answer the run returned) per finished research
+    run (of an eval's runs, those of `strategy`)."""
     out = []
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
         for run_id, task, result, meta in con.execute(
                 "SELECT run_id, task, result, meta FROM runs WHERE status = 'finished' AND loop = 'research'"):
-            if not json.loads(meta).get("bound"):  # the draft-only strategy's runs (no rounds): nothing to cite
-                continue
+            meta = json.loads(meta)
+            if not meta.get("bound") or meta.get("strategy", strategy) != strategy:
+                continue  # a draft-only run (no rounds) cites nothing; an eval's other strategies are not replayed
             details = json.loads(result)["details"]
             last = None
             for (output,) in con.execute("SELECT output FROM steps WHERE run_id = ? AND kind = 'model_call' AND "
@@ -140,11 +164,12 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=RESULTS / "hotpotqa" / "traces.db",
                         help="a run's traces.db, or its traces.db.xz")
     parser.add_argument("--data", type=Path, default=HOTPOTQA)
+    parser.add_argument("--strategy", default="research", help="of an eval's runs, this strategy's")
     args = parser.parse_args()
     rows = {row["question"]: row for row in map(json.loads, args.data.read_text().splitlines())}
     order = {question: i for i, question in enumerate(rows)}
     with trace_db(args.db) as db:
-        runs = sorted((c for c in cases(db) if c[0] in rows), key=lambda c: order[c[0]])
+        runs = sorted((c for c in cases(db, args.strategy) if c[0] in rows), key=lambda c: order[c[0]])
     print(f"{len(runs)} research runs, {sum(c[2] is not None for c in runs)} of them revised, from {args.db}")
     scores = {name: score(apply, runs, rows) for name, apply in RULES.items()}
     for name, (good, made, gold) in scores.items():

@@ -98,14 +98,20 @@ COLUMNS = (("solved", "solved"), ("first_solved", "1st"), ("fail_to_pass", "f→
 """The report's columns: solved (by the score), solved by the first attempt, fail→pass and pass→fail against
 that first attempt, passed the visible checks but not the score, tokens per task and per solved task, model
 calls per task, wall seconds per solved task."""
+FIRST_ATTEMPT = ("first_solved", "fail_to_pass", "pass_to_fail")
+"""refine's columns: the first attempt's outcome and what the later attempts changed."""
 CITATION_COLUMNS = (("citation_precision", "cite\nprecision"), ("citation_recall", "cite\nrecall"))
 """Added when the tasks' scores list citations: right / cited (with the counts), right / gold."""
 
 
 def columns(report: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The report's columns: COLUMNS, and CITATION_COLUMNS when a strategy has citation figures."""
-    cites = any("citations" in s for s in report["strategies"].values())
-    return COLUMNS + CITATION_COLUMNS if cites else COLUMNS
+    """The report's columns: COLUMNS (without the first attempt's when no strategy ran a refine task), and
+    CITATION_COLUMNS when a strategy has citation figures."""
+    strategies = report["strategies"].values()
+    firsts = any(s["first_solved"] is not None for s in strategies)
+    cites = any("citations" in s for s in strategies)
+    return tuple(column for column in COLUMNS if firsts or column[0] not in FIRST_ATTEMPT) + (
+        CITATION_COLUMNS if cites else ())
 
 
 def cell(s: dict[str, Any], key: str) -> str:
