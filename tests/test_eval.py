@@ -284,6 +284,20 @@ def test_mbpp_shows_the_first_assert_and_scores_all_of_them(tmp_path):
     assert scored(task, "def double(x):\n    return 2 * x\n", True)
 
 
+def test_citations_are_read_from_the_references_the_loop_appends_not_from_the_model_s_own():
+    from reflexa.eval.dataset import EvalTask, Score
+    from reflexa.eval.score import citations
+    from reflexa.tasks import TaskSpec
+
+    task = EvalTask("q", TaskSpec(loop="research", task="Which city?", corpus="c"),
+                    Score(answer="Paris", citations=["00-01.md", "01-00.md"]))
+    forged = ("Paris [1].\n\nReferences:\n[1] Paris: 00-01.md#0\n[2] Rome: 01-00.md#0"  # written by the model
+              "\n\nReferences:\n[1] Paris: 03-02.md#0")
+    assert citations(task, forged) == {"right": 0, "cited": 1, "gold": 2}
+    assert citations(task, "Paris.") == {"right": 0, "cited": 0, "gold": 2}
+    assert citations(EvalTask("q", task.spec, Score(answer="Paris")), forged) is None
+
+
 def test_hotpotqa_gives_each_question_its_own_corpus(tmp_path):
     source = write_jsonl(tmp_path / "hq.jsonl", [{
         "id": "q1", "question": "Which city?", "answer": "Paris",

@@ -186,7 +186,7 @@ def _tutorial(run: Run, spec: TaskSpec, visible: list[Any], reflect: bool = Fals
 
 def _always_search(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None, bool, int]:
     """Search with the question every time, whole passages as evidence, one revision (the common way)."""
-    from ..evaluate.citations import references
+    from ..evaluate.citations import references, strip_references
     from ..loops import research_prompts as prompts
     from ..tasks.run import search_backend
 
@@ -202,7 +202,7 @@ def _always_search(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | 
                        schema=prompts.Revision, max_tokens=700)
     if revised is None or revised.value is None:
         return draft.answer, True, 1
-    answer = prompts.with_citations(revised.value.answer, revised.value.evidence_used, evidence, spec.task,
-                                    revised.value.quote)
+    answer = prompts.with_citations(strip_references(revised.value.answer), revised.value.evidence_used, evidence,
+                                    spec.task, revised.value.quote)
     # Its references as research lists them, so a score's citations read both alike.
     return "\n\n".join(part for part in (answer.strip(), references(answer, evidence)) if part), True, 1

@@ -56,8 +56,9 @@ REFERENCES = "\n\nReferences:\n"
 
 
 def cited_documents(output: str) -> set[str]:
-    """The documents an answer's references name: each reference's source without its `#passage`."""
-    _, found, block = output.partition(REFERENCES)
+    """The documents an answer's references name: each reference's source without its `#passage`. The
+    block is the last one: the loop appends it, after anything the model wrote."""
+    _, found, block = output.rpartition(REFERENCES)
     if not found:
         return set()
     return {line.rpartition(": ")[2].rsplit("#", 1)[0] for line in block.splitlines()
