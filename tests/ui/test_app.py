@@ -430,3 +430,11 @@ def test_an_eval_page_shows_citation_columns_when_its_scores_list_citations(tmp_
     store.close()
     html = client_for(tmp_path / "t.db").get("/evals/e1").text
     assert "cite precision" in html and "0.5 (1/2)" in html and ">0.25<" in html
+
+
+def test_a_scatter_chart_draws_strategies_that_ran_alike_as_one_labelled_point():
+    from reflexa.ui.charts import Point, scatter_chart
+
+    svg = str(scatter_chart([Point("single", 720.0, 3), Point("research", 720.0, 3), Point("always-search", 869.0, 4)],
+                            title="t", x_label="x", y_label="y"))
+    assert svg.count('class="point"') == 2 and ">single, research<" in svg

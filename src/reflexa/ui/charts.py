@@ -82,6 +82,11 @@ def scatter_chart(points: Sequence[Point], *, title: str, x_label: str, y_label:
     better)."""
     if not points:
         return Markup("")
+    # Points at the same place are one point with every label: two strategies that ran alike stay legible.
+    merged: dict[tuple[float, float], list[str]] = {}
+    for p in points:
+        merged.setdefault((p.x, p.y), []).append(p.label)
+    points = [Point(", ".join(labels), x, y) for (x, y), labels in merged.items()]
     top_x = max(p.x for p in points) * 1.1 or 1.0
     top_y = max(p.y for p in points) * 1.1 or 1.0
     width, height = PLOT_WIDTH + 2 * MARGIN + LABEL_WIDTH, PLOT_HEIGHT + 2 * MARGIN
