@@ -33,6 +33,8 @@ ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 DATA = Path(os.environ.get("REFLEXA_DATA", ROOT.parent / "shared" / "data"))
 """The shared data sets (MBPP, HotpotQA): ../shared/data beside the checkout, or $REFLEXA_DATA."""
+MBPP = DATA / "mbpp" / "mbpp-py-dev.jsonl"
+HOTPOTQA = DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
 
 
 # A run's files --------------------------------------------------------------------------------------------
@@ -61,22 +63,18 @@ class Output:
         return self.file("traces.db")
 
 
-def output_args(parser: argparse.ArgumentParser, bench: str) -> None:
-    parser.add_argument("--results", type=Path, default=RESULTS / bench,
-                        help=f"folder for the run's files (default: bench/results/{bench})")
-    parser.add_argument("--name", default="", help="the run's name: NAME-rows.jsonl, NAME-report.json "
-                        "(default: none, the latest run: rows.jsonl, report.json)")
-
-
 def suite_args(parser: argparse.ArgumentParser, bench: str, strategies: Iterable[str], unit: str,
                limit: int = 0) -> None:
-    """The options faults.py, hotpotqa.py and plan.py share: which strategies, which of the suite's items, and
-    where the run's files go."""
+    """The options faults.py and plan.py share: which strategies, which of the suite's items, and where the
+    run's files go."""
     parser.add_argument("--strategies", default=",".join(strategies), help=", ".join(strategies))
     parser.add_argument("--limit", type=int, default=limit, help=f"only the first N {unit} (0: all)")
     parser.add_argument("--skip", type=int, default=0, help=f"start after this many {unit} (a second process on "
                         "the other core can take the later ones; both append to the same rows file)")
-    output_args(parser, bench)
+    parser.add_argument("--results", type=Path, default=RESULTS / bench,
+                        help=f"folder for the run's files (default: bench/results/{bench})")
+    parser.add_argument("--name", default="", help="the run's name: NAME-rows.jsonl, NAME-report.json "
+                        "(default: none, the latest run: rows.jsonl, report.json)")
 
 
 def output(args: argparse.Namespace) -> Output:

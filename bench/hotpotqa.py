@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from _common import DATA, eval_bench
-
-HOTPOTQA = DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
+from _common import HOTPOTQA, eval_bench
 
 if __name__ == "__main__":
     eval_bench(f"hotpotqa:{HOTPOTQA}", "hotpotqa", sys.argv[1:], strategies="single,always-search,research")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from _common import DATA, eval_bench
+from _common import MBPP, eval_bench
 
 if __name__ == "__main__":
-    eval_bench(f"mbpp:{DATA / 'mbpp' / 'mbpp-py-dev.jsonl'}", "mbpp", sys.argv[1:], ("--limit", "200"))
+    eval_bench(f"mbpp:{MBPP}", "mbpp", sys.argv[1:], ("--limit", "200"))

@@ -43,13 +43,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harnesses and _common, in bench/
 
-from _common import DATA, RESULTS, trace_db
+from _common import HOTPOTQA, RESULTS, trace_db
 
 from reflexa.evaluate.citations import cited, clean, strip_references
 from reflexa.loops.research_prompts import _CITE, _YES_NO, content_words, holds, tidy, with_citations
 from reflexa.search import Evidence
 
-HOTPOTQA = DATA / "hotpotqa" / "hotpotqa-distractor-dev.jsonl"
 _SENTENCE_FILE = re.compile(r"(\d+)-(\d+)\.md#\d+")
 """A passage of `reflexa eval`'s HotpotQA corpus: paragraph PP, sentence SS, a file each."""
 

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import DATA, RESULTS, Output, append_row, read_rows
+from _common import MBPP, RESULTS, Output, append_row, read_rows
 
 from reflexa import CheckContext, resolve_model
 from reflexa.eval.dataset import EvalTask, read_dataset
@@ -52,7 +52,7 @@ class Problem:
 
 
 def problems(bench: str, skip: int, limit: int) -> list[Problem]:
-    source = "humaneval" if bench == "humaneval" else f"mbpp:{DATA / 'mbpp' / 'mbpp-py-dev.jsonl'}"
+    source = "humaneval" if bench == "humaneval" else f"mbpp:{MBPP}"
     with tempfile.TemporaryDirectory() as out:
         tasks = read_dataset(source, Path(out), skip=skip, limit=max(limit - skip, 0))
     return [Problem(t.id, t.spec.task, checks(t.spec)[0], t) for t in tasks]
