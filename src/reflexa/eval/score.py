@@ -7,6 +7,7 @@ import re
 import string
 
 from ..evaluate.checks import CheckContext
+from ..evaluate.citations import REFERENCES
 from ..tasks import TaskSpec
 from ..tasks.run import checks
 from .dataset import EvalTask
@@ -39,7 +40,7 @@ def _passes_code(spec: TaskSpec, fields: dict[str, str], candidate: str) -> bool
     return all(check.run(candidate, context).ok for check in checks(hidden))
 
 
-TAILS = ("\n\nNo new evidence was sought", "\n\nCould not verify:", "\n\nReferences:")
+TAILS = ("\n\nNo new evidence was sought", "\n\nCould not verify:", "\n\n" + REFERENCES.rstrip("\n"))
 """What `research` appends to its answer (a note, failed searches, its references): not part of the answer
 a gold answer is looked for in (a reference's title may name it)."""
 
@@ -51,14 +52,10 @@ def answer_part(output: str) -> str:
     return output
 
 
-REFERENCES = "\n\nReferences:\n"
-"""Where `research`'s answer lists what it cites, a line each: `[n] title: source`."""
-
-
 def cited_documents(output: str) -> set[str]:
     """The documents an answer's references name: each reference's source without its `#passage`. The
     block is the last one: the loop appends it, after anything the model wrote."""
-    _, found, block = output.rpartition(REFERENCES)
+    _, found, block = output.rpartition("\n\n" + REFERENCES)
     if not found:
         return set()
     return {line.rpartition(": ")[2].rsplit("#", 1)[0] for line in block.splitlines()

@@ -36,6 +36,8 @@ host with a path or a query (`evil.example/x?d=...`), or an IP address."""
 
 
 _TITLE_URL = re.compile(r"\S*://\S*|www\.\S+")
+REFERENCES = "References:\n"
+"""The heading of the references block `references` writes (and an eval's score reads back)."""
 
 
 def references(answer: str, evidence: list[Evidence]) -> str:
@@ -43,7 +45,7 @@ def references(answer: str, evidence: list[Evidence]) -> str:
     evidence only: `References:` and a line `[n] title: source` each; empty when it cites none."""
     lines = [f"[{n}] {_TITLE_URL.sub('', evidence[n - 1].title).strip()[:120]}: {evidence[n - 1].source}"
              for n in cited(answer) if 0 < n <= len(evidence)]
-    return "References:\n" + "\n".join(lines) if lines else ""
+    return REFERENCES + "\n".join(lines) if lines else ""
 
 
 def strip_references(answer: str) -> str:
