@@ -2,6 +2,9 @@
 commit, a tool that calls sys.exit, a checkpoint this version cannot read); its lease kept while it works;
 its time budget carried across a resume. Found by a bug hunt; each failed before."""
 
+import functools
+import os
+import signal
 import time
 
 import pytest
@@ -48,6 +51,38 @@ def test_a_check_that_calls_sys_exit_still_closes_the_run():
     (record,) = store.runs(1)
     assert record.status == "finished" and record.stop_reason == "ERROR"
     assert store.steps(record.run_id)[-1].kind == "stop" and store.lease(record.run_id) is None
+
+
+class Terminated:
+    name, subjective = "terminated", False
+
+    def run(self, candidate, context):
+        os.kill(os.getpid(), signal.SIGTERM)  # Ray stopping its worker mid-task (its driver died)
+        time.sleep(5)
+
+
+def test_a_stopped_ray_worker_leaves_its_run_to_be_resumed_not_ended():
+    """Ray's worker turns SIGTERM into SystemExit, which a run takes for a check that called sys.exit; under
+    `stoppable` the run lets go of its lease instead, and a resume finishes it."""
+    from reflexa.batch.ray_executor import stoppable
+
+    def like_ray(signum, frame):
+        raise SystemExit(1)
+
+    store = MemoryStore()
+    previous = signal.signal(signal.SIGTERM, like_ray)
+    try:
+        with pytest.raises(SystemExit):
+            stoppable(functools.partial(refine, session=Session(model=ScriptedModel(default="x"), store=store)),
+                      "t", [Terminated()])
+        assert signal.getsignal(signal.SIGTERM) is like_ray
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (record,) = store.runs(1)
+    assert record.status == "running" and store.lease(record.run_id) is None
+    result = refine("t", [RegexCheck("x")], resume=record.run_id,
+                    session=Session(model=ScriptedModel(default="x"), store=store))
+    assert result.passed and store.runs(1)[0].status == "finished"
 
 
 def test_the_lease_is_held_until_the_run_is_closed():

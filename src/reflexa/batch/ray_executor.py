@@ -3,7 +3,9 @@
 Workers open the batch's store themselves, so the store must be one they all reach: a PostgreSQL URL for
 a cluster; a SQLite file serves a local Ray (one machine). A worker process that dies is retried by Ray
 (RETRIES times); the retry finds the task's record in the store and resumes its run instead of starting
-another. A task Ray gives up on has no result, and a re-run of the batch runs it.
+another. A task Ray gives up on has no result, and a re-run of the batch runs it. A worker Ray stops (SIGTERM: its
+driver died, or Ray is shutting down) leaves its run as it is, to be resumed, rather than ending it as an
+error.
 
 Needs the `ray` extra: pip install 'reflexa[ray]'.
 """
@@ -11,6 +13,8 @@ Needs the `ray` extra: pip install 'reflexa[ray]'.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -21,6 +25,30 @@ from .worker import BatchConfig, run_task
 
 RETRIES = 3
 """Times Ray runs a task again after its worker process died."""
+
+
+class WorkerStopped(BaseException):  # noqa: N818 - named for what happened to the worker
+    """SIGTERM reached a Ray worker mid-task. Ray's own handler raises SystemExit there, which a run takes
+    for a check that called sys.exit and ends as ERROR; this is not an Exception, so the run lets go of its
+    lease and stays resumable."""
+
+
+def stoppable(work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` in a Ray worker, with SIGTERM raising WorkerStopped while it runs; the worker then exits
+    as Ray asked."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live on the main thread
+        return work(*args)
+
+    def stopped(signum: int, frame: object) -> None:
+        raise WorkerStopped
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        return work(*args)
+    except WorkerStopped:
+        raise SystemExit(1) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class RayExecutor:
@@ -53,14 +81,15 @@ class RayExecutor:
                 raise ConfigError(f"cannot start Ray{f' at {address}' if address else ''}: {exc}",
                                   hint="is the cluster address right (ray://HOST:10001 or HOST:6379)?") from None
             self.started = True
-        self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(work)
+        self.work = work
+        self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(stoppable)
 
     def submit(self, task: BatchTask) -> Future[dict[str, Any]]:
         return self.submit_call(self.config, task)
 
     def submit_call(self, *args: Any) -> Future[Any]:
         """`work(*args)` as a Ray task."""
-        return self.remote.remote(*args).future()
+        return self.remote.remote(self.work, *args).future()
 
     def shutdown(self) -> None:
         """Stop the local Ray this batch started (its workers with it); a cluster is left running."""
