@@ -102,6 +102,7 @@ def test_unsolved_run_exits_3_with_its_stop_reason(tmp_path):
         (["t", "--judge", "--model", "local:/no/such/model.gguf"], "model file not found"),
         (["t", "--judge", "--model", "scripted:/no/such.json"], "not found"),
         (["t", "--judge", "--context", "weird"], "context: Input should be"),
+        (["t", "--judge", "--repairs", "sometimes"], "repairs: Input should be"),
     ],
 )
 def test_bad_input_is_one_clear_line(args, message, tmp_path, monkeypatch):

@@ -468,3 +468,18 @@ def test_the_test_model_s_calls_are_never_shared_even_under_a_connection_limit()
     cache = CallCache()
     ask = [{"role": "user", "content": "hi"}]
     assert [SharedCalls(inner, cache, Ledger()).complete(ask).text for _ in range(2)] == ["one", "two"]
+
+
+def test_a_learning_repair_policy_is_a_strategy_and_keeps_its_record_in_the_eval_s_store(tmp_path):
+    data = refine_dataset(tmp_path)
+    model = script(tmp_path, generator=[BAD, GOOD, GOOD, GOOD], reflector=[LESSON])
+    out, trace = tmp_path / "out", str(tmp_path / "t.db")
+    result = run_cli(str(data), "-s", "single,refine:repairs=learn", "-m", model, "--trace", trace, "-o", str(out),
+                     "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["strategies"]["refine:repairs=learn"]["solved"] == 1
+    store = open_store(trace)
+    (run_id,) = rows(out)[("a", "refine:repairs=learn")]["run_ids"]
+    assert [s.payload().repair for s in store.steps(run_id) if s.kind == "repair"] == ["revise"]
+    assert store.get("repairs", "|scripted|refine|no_match/first|revise")["conversions"] == 1
+    store.close()

@@ -29,6 +29,7 @@ PUBLIC = [
     "PythonScriptCheck",
     "ReflexaError",
     "RegexCheck",
+    "RepairPolicy",
     "Result",
     "Role",
     "RunInterrupted",

@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     # engine
     "ExperienceLibrary": "reflexa.reflect.experience",
     "Governor": "reflexa.reflect.governor",
+    "RepairPolicy": "reflexa.reflect.repairs",
     # tools
     "Observation": "reflexa.tools.registry",
     "Tool": "reflexa.tools.registry",
@@ -141,6 +142,7 @@ if TYPE_CHECKING:
     from .models.spec import resolve as resolve_model
     from .reflect.experience import ExperienceLibrary
     from .reflect.governor import Governor
+    from .reflect.repairs import RepairPolicy
     from .search.cache import SearchCache
     from .search.corpus import LocalCorpus
     from .tasks.spec import TaskSpec

@@ -22,7 +22,7 @@ from rich.tree import Tree
 
 from ..loops.plan import PlanMade, PlanRejected, Propagated, UnitStatus
 from ..loops.react import Acted
-from ..loops.refine import Attempt, Checked, Flag, NoProgress
+from ..loops.refine import Attempt, Checked, Flag, NoProgress, RepairChosen
 from ..loops.research import Audited, Queries, Searched
 from ..loops.trials import Trial
 from ..reflect.engine import Decided
@@ -145,7 +145,7 @@ class View:
     def trial(self, step: Step, t: Trial) -> None:
         self.console.rule(f"trial {t.trial}: {t.stop_reason}")
 
-    def note(self, step: Step, n: Flag | NoProgress) -> None:
+    def note(self, step: Step, n: Flag | NoProgress | RepairChosen) -> None:
         self.console.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
     def plan_made(self, step: Step, p: PlanMade) -> None:
@@ -185,7 +185,7 @@ class View:
 RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
     ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
     Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
-    Flag: View.note, NoProgress: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
+    Flag: View.note, NoProgress: View.note, RepairChosen: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
     PlanMade: View.plan_made, PlanRejected: View.plan_rejected, UnitStatus: View.unit_status,
     Propagated: View.propagated,
 }

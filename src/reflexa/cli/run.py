@@ -39,6 +39,9 @@ OutOpt = Annotated[Path | None, option(
 TimeoutOpt = Annotated[float | None, option("SECONDS", "Seconds each check may run (default 10).", min=0.1, max=3600)]
 AttemptsOpt = Annotated[int | None, option("N", "Attempts at most (default 3).", min=1)]
 ContextOpt = Annotated[str | None, option("WHAT", "What a revision sees: feedback (default), latest or full.")]
+RepairsOpt = Annotated[str | None, option(
+    "HOW", "How a failed attempt is repaired: fixed (default), learn (from the trace store's record of what "
+    "converted) or frozen (that record, unchanged).")]
 DbOpt = Annotated[Path | None, option("FILE", "The SQLite database the SQL tools work on.", path=True)]
 ValidateOpt = Annotated[str | None, option(
     "SQL|CMD", "Check the final answer: SQL that must return a row (the answer is :answer), or a shell command "
@@ -72,11 +75,12 @@ def _spec(loop: str, task: str, **fields: Any) -> TaskSpec:
 
 def refine(task: TaskArg, tests: TestsOpt = None, test_code: TestCodeOpt = None, check: CheckOpt = None,
            regex: RegexOpt = None, json_schema: SchemaOpt = None, judge: JudgeOpt = None, out: OutOpt = None,
-           timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None, context: ContextOpt = None) -> TaskSpec:
+           timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None, context: ContextOpt = None,
+           repairs: RepairsOpt = None) -> TaskSpec:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     code = read_task(test_code, what="test code") if test_code is not None else None
     return _spec("refine", task, tests=tests, test_code=code, check=check, regex=regex, json_schema=json_schema,
-                 judge=judge, out=out, timeout=timeout, max_attempts=max_attempts, context=context)
+                 judge=judge, out=out, timeout=timeout, max_attempts=max_attempts, context=context, repairs=repairs)
 
 
 def react(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,

@@ -11,6 +11,7 @@ from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, as_check, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
+from ..reflect.repairs import RepairKind, failure_class
 from ..runtime import Stop
 from ..types import (
     Budget,
@@ -76,6 +77,16 @@ class Flag(Payload):
     why: str
 
 
+@payload("repair")
+@dataclass(slots=True)
+class RepairChosen(Payload):
+    """The session's repair policy chose how the next attempt repairs a failure, and why."""
+
+    failure_class: str
+    repair: str
+    why: str
+
+
 @payload("no_progress")
 @dataclass(slots=True)
 class NoProgress(Payload):
@@ -104,6 +115,9 @@ class RefineState(Serial):
     resampled: bool = False
     """The run already spent its one sampled attempt on a revision that repeated itself."""
     sample_next: bool = False
+    repairing: tuple[str, RepairKind, int] | None = None
+    """The next attempt's repair, for the session's repair policy to record: failure class, repair, and the
+    run's tokens before it."""
 
     def outcome(self, episode: Episode) -> Outcome:
         total = episode.run.meter.total.total_tokens
@@ -164,8 +178,11 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.first_attempt_tokens = run.meter.total.total_tokens
         if s.best is None or verdict.better_than(s.best[1]):
             s.best = (candidate, verdict)
-        if not engine.gate(s.attempts, verdict.signals):
+        failing = engine.gate(s.attempts, verdict.signals)
+        _record_repair(ep, s, converted=not failing)
+        if not failing:
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
+        klass = failure_class(failing[0], revised)
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
@@ -173,7 +190,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
             run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
             s.resampled = s.sample_next = True
-            s.revising = None
+            s.revising, s.repairing = None, (klass, "sample", run.meter.total.total_tokens)
             ep.checkpoint(s)
             continue
         if len(s.recent) >= 3 and same(candidate, s.recent[-3]):
@@ -182,13 +199,15 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             break  # no attempt left to use a lesson: reflecting now would waste tokens
         failure = verdict.failing[0]
         evidence = _evidence(verdict)
-        if revised and resample == "revision" and verdict.status is not Status.FAIL:
-            # Revising once did not do it: a fresh, sampled attempt follows, and it is not shown a revision's
-            # lesson (see RESAMPLE_TEMPERATURE), so none is bought.
+        if verdict.status is not Status.FAIL and _repair(ep, klass, revised, resample, s.task) == "sample":
+            # A fresh, sampled attempt follows, and it is not shown a revision's lesson (see
+            # RESAMPLE_TEMPERATURE), so none is bought.
             s.history += [(candidate, f"{verdict.feedback}\n{evidence}")] if context == "full" else []
             s.revising, s.sample_next = None, True
+            s.repairing = (klass, "sample", run.meter.total.total_tokens)
             ep.checkpoint(s)
             continue
+        tokens_before = run.meter.total.total_tokens  # a reflection bought for the revision is part of its cost
         outcome = engine.handle(failure, goal=s.task, facts=[], action=candidate, snippet=evidence,
                                 rule_facts=Facts(retryable=False))
         if outcome.stop is not None:
@@ -201,8 +220,29 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.revising = None
         else:
             s.revising = (candidate, feedback)
+            s.repairing = (klass, "revise", tokens_before)
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _repair(ep: Episode, klass: str, revised: bool, resample: Resample, task: str) -> RepairKind:
+    """How the next attempt repairs a failure that can be revised: by the session's repair policy, else by
+    `resample` (a fresh sample after a failed revision, by default)."""
+    policy = ep.session.repairs
+    if policy is None:
+        return "sample" if revised and resample == "revision" else "revise"
+    choice = policy.choose(ep.roi_model, ep.family, klass, task)
+    ep.run.record(RepairChosen(choice.klass, choice.repair, choice.why))
+    return choice.repair
+
+
+def _record_repair(ep: Episode, s: RefineState, *, converted: bool) -> None:
+    """Tell the session's repair policy what the attempt just checked, if a repair bought it, came to."""
+    if s.repairing is not None and ep.session.repairs is not None:
+        klass, repair, before = s.repairing
+        ep.session.repairs.record(ep.roi_model, ep.family, klass, repair, converted=converted,
+                                  tokens=ep.run.meter.total.total_tokens - before)
+    s.repairing = None
 
 
 def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context: CheckContext,

@@ -18,6 +18,7 @@ from ..errors import ConfigError, ModelError, RunInterrupted
 from ..models.base import Model
 from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
+from ..reflect.repairs import RepairPolicy
 from ..runtime import Checkpoint, Observer, Run, Stop
 from ..trace.store import MemoryStore, RunRecord, Store
 from ..types import Budget, Result, StopReason, Usage, Verdict
@@ -37,6 +38,8 @@ class Session:
     observer: Observer | None = None
     experience: ExperienceLibrary | None = None
     governor: Governor | None = None
+    repairs: RepairPolicy | None = None
+    """refine's repair policy learned from the store's record (reflect/repairs.py); None: the fixed rule."""
     reflector_model: Model | None = None
     """The model the reflector's calls go to; None is `model`. A small generator can be given a larger
     reflector: its calls are few and short, and a lesson that names the cause is what converts a failure."""
@@ -91,6 +94,9 @@ class Episode:
     engine: Engine
     plan: Plan
     session: Session
+    family: str
+    roi_model: str
+    """The model a record of what pays is kept for (the generator's, with the reflector's when it has one)."""
 
     @property
     def bound(self) -> int:
@@ -131,7 +137,7 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     engine = Engine(run, experience=session.experience, quota=plan.reflections if reflect else 0)
     if resume is not None:
         state = _restored(run, engine, state)
-    episode = Episode(run, engine, plan, session)
+    episode = Episode(run, engine, plan, session, family, roi_model)
 
     def finish(reason: StopReason, error: str | None = None) -> Result:
         outcome = state.outcome(episode)

@@ -230,6 +230,7 @@ class Tracing:
             "model_call": self._model_call, "attempt": self._attempt, "verdict": self._checked,
             "engine": self._decided, "react": self._acted, "search": self._searched, "audit": self._audited,
             "trial": self._trial, "queries": self._queries, "flag": self._event, "no_progress": self._event,
+            "repair": self._event,
             "checkpoint": None, "stop": None,  # plumbing, and the end the run span already says
         }
 
@@ -454,7 +455,7 @@ class Tracing:
         })
 
     def _event(self, run: _OpenRun, step: Step, data: Any) -> None:
-        # A flag changes nothing: an event on the run's span, not a span of its own.
+        # A flag, a stall or a repair choice: an event on the run's span, not a span of its own.
         self.writer.event(run.span, f"reflexa.{step.kind}", {"reflexa.step.id": step.step_id,
                                                              "reflexa.reason": data.why}, _ns(step.ended_at))
 

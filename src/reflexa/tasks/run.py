@@ -132,7 +132,10 @@ def _db(spec: TaskSpec) -> Path:
 
 def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
     from ..loops.refine import MAX_ATTEMPTS, refine
+    from ..reflect.repairs import RepairPolicy
 
+    if spec.repairs != "fixed" and session.repairs is None:
+        session = replace(session, repairs=RepairPolicy(session.store, frozen=spec.repairs == "frozen"))
     return refine(spec.task, checks(spec), session=session, budget=spec.budget, reflect=spec.reflect,
                   max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, temperature=spec.temperature,
                   meta=meta, resume=resume)

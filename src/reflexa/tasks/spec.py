@@ -25,6 +25,7 @@ Loop = Literal["refine", "react", "research", "plan", "trials"]
 LOOPS: tuple[str, ...] = ("refine", "react", "research", "plan", "trials")
 Search = Literal["local", "tavily", "ddgs", "wikipedia"]
 Context = Literal["feedback", "latest", "full"]
+Repairs = Literal["fixed", "learn", "frozen"]
 
 CHECKS = ("tests", "test_code", "check", "regex", "json_schema", "judge")
 """The fields that give refine something to check a candidate against: at least one is required."""
@@ -32,7 +33,8 @@ COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_token
                     "max_reflections", "reflect", "meta", "workdir"})
 TOOLS = frozenset({"db", "write", "validate_"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
-    "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed"}),
+    "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
+                          "repairs"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
@@ -88,6 +90,10 @@ class TaskSpec(BaseModel):
     """The temperature of each attempt (0: greedy)."""
     seed: int | None = None
     """The sampling seed at a temperature above 0 (default: the model's, 0)."""
+    repairs: Repairs = "fixed"
+    """How a failed attempt is repaired: by the fixed rule (revise it; after a failed revision, a fresh sample),
+    by a policy learned from the trace store's record of what converted (learn), or by that record read and
+    left unchanged (frozen); see docs/loops.md."""
 
     # react, trials, plan: tools
     db: str | None = None

@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from ..loops.plan import PlanMade, PlanRejected, Propagated, UnitStatus
 from ..loops.react import Acted
-from ..loops.refine import Attempt, Checked, Flag, NoProgress
+from ..loops.refine import Attempt, Checked, Flag, NoProgress, RepairChosen
 from ..loops.research import Audited, Queries, Searched
 from ..loops.trials import Trial
 from ..reflect.engine import Decided
@@ -27,8 +27,8 @@ from ..types import Payload, Step, StopReason, Usage
 RENDERERS: dict[type[Payload], str] = {
     ModelCall: "model_call", Attempt: "attempt", Checked: "checked", Decided: "decided", Acted: "acted",
     Queries: "queries", Searched: "searched", Audited: "audited", Trial: "trial", Flag: "note",
-    NoProgress: "note", Checkpoint: "checkpoint", Stop: "stop", PlanMade: "plan_tree", PlanRejected: "plan_rejected",
-    UnitStatus: "subgoal", Propagated: "propagated",
+    NoProgress: "note", RepairChosen: "note", Checkpoint: "checkpoint", Stop: "stop", PlanMade: "plan_tree",
+    PlanRejected: "plan_rejected", UnitStatus: "subgoal", Propagated: "propagated",
 }
 """The macro in steps.html that draws each step kind; a test checks every registered kind has one."""
 TEXT_LIMIT = 20_000
