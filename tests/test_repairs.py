@@ -123,3 +123,22 @@ def test_refine_learns_repairs_from_the_command_line_into_the_trace_store(tmp_pa
     assert json.loads(result.output)["stop_reason"] == "PASSED"
     tally = open_store(str(trace)).get(NAMESPACE, "|scripted|refine|pytest/first|revise")
     assert tally is not None and (tally["tries"], tally["conversions"]) == (1, 1) and tally["tokens"] > 0
+
+
+class SeedsSeen(ScriptedModel):
+    """Records the seed and temperature of each call (a reseeded copy shares the list)."""
+
+    def _generate(self, messages, json_schema, max_tokens, temperature, **kwargs):
+        self.seen.append((self.seed, temperature))
+        return super()._generate(messages, json_schema, max_tokens, temperature, **kwargs)
+
+
+def test_each_sampled_attempt_of_a_run_is_drawn_at_a_seed_of_its_own():
+    store = MemoryStore()
+    for n in range(MIN_TRIES):
+        RepairPolicy(store).record("scripted", "refine", CLASS, "sample", converted=True, tokens=10)
+        RepairPolicy(store).record("scripted", "refine", CLASS, "revise", converted=False, tokens=10)
+    model = SeedsSeen([answer("one"), answer("two"), answer("three")])
+    model.seen = []
+    refine("the task", [Harness()], session=Session(model=model, store=store, repairs=RepairPolicy(store, frozen=True)))
+    assert model.seen == [(0, 0.0), (0, 0.7), (1, 0.7)]

@@ -225,14 +225,16 @@ class Run:
             self.observer("status", text)  # type: ignore[misc]  # _tell_status: there is one
 
     def call(self, role: Role, messages: list[Message], *, schema: Schema | None = None,
-             max_tokens: int = 512, temperature: float = 0.0, reask: bool = True) -> Completion | None:
+             max_tokens: int = 512, temperature: float = 0.0, reask: bool = True,
+             seed_offset: int = 0) -> Completion | None:
         """One model call, each checked against the budget first. With a schema and `reask`, a reply that
         does not validate is asked once more with the error, and one cut off at max_tokens once more with
         more room (unless it ends in a loop). Returns None when the budget is spent; `budget_stop` then says
-        which limit."""
+        which limit. A sampled call's seed is the model's plus `seed_offset`: a run that samples one prompt
+        twice gets two samples, not one twice."""
 
         def once(msgs: list[Message], tokens: int = max_tokens) -> Completion | None:
-            return self._once(role, msgs, schema, tokens, temperature)
+            return self._once(role, msgs, schema, tokens, temperature, seed_offset)
 
         if schema is None or not reask:
             return once(messages)
@@ -248,7 +250,7 @@ class Run:
         return structured.ask(lambda msgs: once(msgs), messages, first=first)
 
     def _once(self, role: Role, messages: list[Message], schema: Schema | None, max_tokens: int,
-              temperature: float) -> Completion | None:
+              temperature: float, seed_offset: int = 0) -> Completion | None:
         """One model call as `call` makes it: read back when replayed, None when the budget is spent."""
         if self._replay and (stored := self._stored_call(role, messages, schema)) is not None:
             return stored
@@ -267,6 +269,8 @@ class Run:
         model = self.reflector_model if role == Role.REFLECTOR and self.reflector_model else self.model
         # The serving model's name goes on the step only when it is not the run's own.
         served_by = model.name if model is not self.model else None
+        if seed_offset and temperature > 0:
+            model = model.reseeded(model.seed + seed_offset)
         try:
             completion = aio.complete(model, messages, schema=schema, max_tokens=allowed, temperature=temperature,
                                       on_token=on_token, role=str(role), time_left=self.meter.time_left())

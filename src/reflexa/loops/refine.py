@@ -115,6 +115,8 @@ class RefineState(Serial):
     resampled: bool = False
     """The run already spent its one sampled attempt on a revision that repeated itself."""
     sample_next: bool = False
+    samples: int = 0
+    """Sampled attempts so far: each one after the first is drawn at another seed."""
     repairing: tuple[str, RepairKind, int] | None = None
     """The next attempt's repair, for the session's repair policy to record: failure class, repair, and the
     run's tokens before it."""
@@ -253,7 +255,9 @@ def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context
     sampled, s.sample_next = s.sample_next, False
     attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
     reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
-                     max_tokens=reply_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature)
+                     max_tokens=reply_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature,
+                     seed_offset=s.samples)
+    s.samples += sampled
     if reply is None:
         return None
     plan_text, candidate = prompts.split_reply(reply.text)
