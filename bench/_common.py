@@ -155,12 +155,14 @@ each problem; refine with no reflector call (docs/eval.md describes each)."""
 
 
 def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, ...] = (),
-               strategies: str = CODING_STRATEGIES) -> None:
+               strategies: str = CODING_STRATEGIES, splits: dict[str, tuple[str, ...]] | None = None) -> None:
     """`reflexa eval DATASET` as a bench: its strategies, rows and traces in bench/results/eval/BENCH, the
     report as Markdown, then `defaults` (e.g. `--limit 200`). An option in `argv` replaces the bench's own;
-    the others pass through."""
+    the others pass through. `--split NAME` stands for the options `splits` gives NAME (the tuning split,
+    the confirming one)."""
     from reflexa.cli.app import main
 
+    argv = _split(argv, splits or {})
     given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("-")}
     out = _value(argv, "--out", "-o") or str(RESULTS / "eval" / bench)
     args = ["eval", dataset]
@@ -177,6 +179,18 @@ def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, .
             args += [flag, value]
     sys.argv = ["reflexa", *args, *argv]
     main()
+
+
+def _split(argv: list[str], splits: dict[str, tuple[str, ...]]) -> list[str]:
+    """`argv` with `--split NAME` replaced by that split's options."""
+    name = _value(argv, "--split")
+    if name is None:
+        return argv
+    if name not in splits:
+        sys.exit(f"error: --split takes {' or '.join(splits) or 'nothing here'}, not {name!r}")
+    i = next(i for i, arg in enumerate(argv) if arg.partition("=")[0] == "--split")
+    rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2):]
+    return [*rest, *splits[name]]
 
 
 def _value(argv: list[str], *flags: str) -> str | None:

@@ -5,9 +5,10 @@
 Runs `reflexa eval mbpp:../shared/data/mbpp/mbpp-py-dev.jsonl --limit 200` (or $REFLEXA_DATA/mbpp/...) with
 the coding strategies (single, resample@3, refine, resample@=refine, refine:reflect=off), its rows, dataset
 and traces in bench/results/eval/mbpp/, and prints the report as Markdown. An option given here replaces the
-bench's own (`--limit 100` is the tuning split, `--skip 100 --limit 200` the confirming one 101-300); the rest
-pass through. A fix that fits the visible assert and fails the others counts under "visible only". Rows are
-written as they finish and the same command resumes from them.
+bench's own, the rest pass through; `--split tune` is the tuning split, dev 1-100 (`--limit 100`), and
+`--split confirm` the confirming one, 101-300 (`--skip 100 --limit 200`). A fix that fits the visible assert
+and fails the others counts under "visible only". Rows are written as they finish and the same command
+resumes from them.
 """
 
 from __future__ import annotations
@@ -17,4 +18,5 @@ import sys
 from _common import MBPP, eval_bench
 
 if __name__ == "__main__":
-    eval_bench(f"mbpp:{MBPP}", "mbpp", sys.argv[1:], ("--limit", "200"))
+    eval_bench(f"mbpp:{MBPP}", "mbpp", sys.argv[1:], ("--limit", "200"),
+               splits={"tune": ("--limit", "100"), "confirm": ("--skip", "100", "--limit", "200")})

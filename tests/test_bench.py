@@ -257,3 +257,17 @@ def test_retry_ab_reads_its_problems_as_reflexa_eval_does(monkeypatch):
     right = ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold\n"
              "               for i, a in enumerate(numbers) for b in numbers[i + 1:])")
     assert problem.id == "HumanEval/0" and not problem.score(wrong) and problem.score(right)
+
+
+def test_a_split_is_one_flag_and_an_unknown_one_a_clear_error(monkeypatch):
+    import pytest
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from _common import _split
+
+    splits = {"tune": ("--limit", "40"), "confirm": ("--skip", "40")}
+    assert _split(["--split", "confirm", "-c", "2"], splits) == ["-c", "2", "--skip", "40"]
+    assert _split(["--report-only", "--split=tune"], splits) == ["--report-only", "--limit", "40"]
+    assert _split(["-c", "2"], splits) == ["-c", "2"]
+    with pytest.raises(SystemExit, match="tune or confirm, not 'all'"):
+        _split(["--split", "all"], splits)

@@ -30,9 +30,9 @@ def test_a_failure_s_class_says_what_failed_and_after_what():
     assert failure_class(failed("exit 1", ErrorCode.COMMAND_FAILED), True) == "command_failed/revision"
 
 
-def record(policy: RepairPolicy, repair: str, tries: int, conversions: int, tokens: int) -> None:
+def record(policy: RepairPolicy, repair: str, tries: int, conversions: int, tokens: int, model: str = "m") -> None:
     for n in range(tries):
-        policy.record("m", "refine", CLASS, repair, converted=n < conversions, tokens=tokens)
+        policy.record(model, "refine", CLASS, repair, converted=n < conversions, tokens=tokens)
 
 
 def test_a_learning_policy_tries_each_repair_then_keeps_the_one_that_converts_more_per_token():
@@ -98,10 +98,8 @@ def test_refine_under_a_learning_policy_records_each_repair_and_the_next_run_tri
 
 def test_a_frozen_policy_carries_a_learned_choice_to_another_run_and_changes_no_record():
     store = MemoryStore()
-    record_into = RepairPolicy(store)
-    for repair, conversions in (("sample", MIN_TRIES), ("revise", 0)):
-        for n in range(MIN_TRIES):
-            record_into.record("scripted", "refine", CLASS, repair, converted=n < conversions, tokens=100)
+    record(RepairPolicy(store), "sample", MIN_TRIES, MIN_TRIES, 100, "scripted")
+    record(RepairPolicy(store), "revise", MIN_TRIES, 0, 100, "scripted")
     before = store.get(NAMESPACE, f"|scripted|refine|{CLASS}|sample")
     model = ScriptedModel([answer("one"), answer("one"), answer("one")])
     result = refine("the task", [Harness()], session=Session(model=model, store=store,
@@ -135,9 +133,8 @@ class SeedsSeen(ScriptedModel):
 
 def test_each_sampled_attempt_of_a_run_is_drawn_at_a_seed_of_its_own():
     store = MemoryStore()
-    for n in range(MIN_TRIES):
-        RepairPolicy(store).record("scripted", "refine", CLASS, "sample", converted=True, tokens=10)
-        RepairPolicy(store).record("scripted", "refine", CLASS, "revise", converted=False, tokens=10)
+    record(RepairPolicy(store), "sample", MIN_TRIES, MIN_TRIES, 10, "scripted")
+    record(RepairPolicy(store), "revise", MIN_TRIES, 0, 10, "scripted")
     model = SeedsSeen([answer("one"), answer("two"), answer("three")])
     model.seen = []
     refine("the task", [Harness()], session=Session(model=model, store=store, repairs=RepairPolicy(store, frozen=True)))
