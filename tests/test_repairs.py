@@ -19,20 +19,21 @@ def failed(message: str, code: ErrorCode = ErrorCode.TEST_FAILED, pinpointed: bo
 
 
 def test_a_failure_s_class_says_what_failed_and_after_what():
-    assert failure_class(failed("AssertionError: assert f(2) == 3 failed: got 4", pinpointed=True), False) == CLASS
-    assert failure_class(failed("AssertionError: assert f(2) == 3"), True) == "assert/revision"
-    assert failure_class(failed("SyntaxError: invalid syntax at `solution.py:3`"), False) == "syntax/first"
+    assert failure_class(failed("AssertionError: assert f(2) == 3 failed: got 4", pinpointed=True), "first") == CLASS
+    assert failure_class(failed("AssertionError: assert f(2) == 3"), "revision") == "assert/revision"
+    assert failure_class(failed("SyntaxError: invalid syntax at `solution.py:3`"), "sample") == "syntax/sample"
     assert failure_class(failed("NameError: name 'x' is not defined at `solution.py:3: in f`", pinpointed=True),
-                         False) == "crash-line/first"
-    assert failure_class(failed("ValueError: bad"), False) == "crash/first"
-    assert failure_class(failed("2 of 5 tests failed: test_a: assert 1 == 2"), False) == "pytest/first"
-    assert failure_class(failed("took too long", ErrorCode.TIMEOUT), False) == "timeout/first"
-    assert failure_class(failed("exit 1", ErrorCode.COMMAND_FAILED), True) == "command_failed/revision"
+                         "first") == "crash-line/first"
+    assert failure_class(failed("ValueError: bad"), "first") == "crash/first"
+    assert failure_class(failed("2 of 5 tests failed: test_a: assert 1 == 2"), "first") == "pytest/first"
+    assert failure_class(failed("took too long", ErrorCode.TIMEOUT), "first") == "timeout/first"
+    assert failure_class(failed("exit 1", ErrorCode.COMMAND_FAILED), "revision") == "command_failed/revision"
 
 
-def record(policy: RepairPolicy, repair: str, tries: int, conversions: int, tokens: int, model: str = "m") -> None:
+def record(policy: RepairPolicy, repair: str, tries: int, conversions: int, tokens: int, model: str = "m",
+           klass: str = CLASS) -> None:
     for n in range(tries):
-        policy.record(model, "refine", CLASS, repair, converted=n < conversions, tokens=tokens)
+        policy.record(model, "refine", klass, repair, converted=n < conversions, tokens=tokens)
 
 
 def test_a_learning_policy_tries_each_repair_then_keeps_the_one_that_converts_more_per_token():
@@ -133,8 +134,9 @@ class SeedsSeen(ScriptedModel):
 
 def test_each_sampled_attempt_of_a_run_is_drawn_at_a_seed_of_its_own():
     store = MemoryStore()
-    record(RepairPolicy(store), "sample", MIN_TRIES, MIN_TRIES, 10, "scripted")
-    record(RepairPolicy(store), "revise", MIN_TRIES, 0, 10, "scripted")
+    for klass in (CLASS, "assert-value/sample"):  # sample after a first attempt, and after a sample
+        record(RepairPolicy(store), "sample", MIN_TRIES, MIN_TRIES, 10, "scripted", klass)
+        record(RepairPolicy(store), "revise", MIN_TRIES, 0, 10, "scripted", klass)
     model = SeedsSeen([answer("one"), answer("two"), answer("three")])
     model.seen = []
     refine("the task", [Harness()], session=Session(model=model, store=store, repairs=RepairPolicy(store, frozen=True)))

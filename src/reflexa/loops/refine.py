@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, as_check, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
-from ..reflect.repairs import RepairKind, failure_class
+from ..reflect.repairs import AttemptKind, RepairKind, failure_class
 from ..runtime import Stop
 from ..types import (
     Budget,
@@ -172,6 +172,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
     check_context = CheckContext(s.task, ask=run.call)
     while s.attempts < ep.bound:
         revised = s.revising is not None
+        kind: AttemptKind = "revision" if revised else "sample" if s.sample_next else "first"
         tried = _attempt(ep, s, checks, check_context, context, reply_tokens, temperature)
         if tried is None:
             return Stop(run.budget_stop or StopReason.ERROR)
@@ -184,7 +185,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         _record_repair(ep, s, converted=not failing)
         if not failing:
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
-        klass = failure_class(failing[0], revised)
+        klass = failure_class(failing[0], kind)
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if resample == "off" or s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))

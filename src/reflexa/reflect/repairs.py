@@ -44,9 +44,13 @@ class Tally:
         return 1000 * (self.conversions + 1) / (self.tries + 2) / max(self.tokens / max(self.tries, 1), 1)
 
 
-def failure_class(signal: Signal, revised: bool) -> str:
-    """The class a failure is recorded under: what kind of failure, and whether the attempt that failed was
-    already a revision (what converts a first failure need not convert a failed revision)."""
+AttemptKind = Literal["first", "revision", "sample"]
+"""What the failing attempt was: a greedy fresh one (the first), a revision, or a sampled fresh one."""
+
+
+def failure_class(signal: Signal, attempt: AttemptKind) -> str:
+    """The class a failure is recorded under: what kind of failure, and what the attempt that failed was
+    (what converts a first failure need not convert a failed revision, nor a failed sample)."""
     message = signal.message
     if signal.code is ErrorCode.TEST_FAILED:
         if message.startswith(("SyntaxError", "IndentationError")):
@@ -59,7 +63,7 @@ def failure_class(signal: Signal, revised: bool) -> str:
             kind = "crash-line" if signal.pinpointed else "crash"
     else:
         kind = (signal.code or "failure").lower()
-    return f"{kind}/{'revision' if revised else 'first'}"
+    return f"{kind}/{attempt}"
 
 
 @dataclass(frozen=True, slots=True)
