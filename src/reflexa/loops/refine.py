@@ -146,8 +146,10 @@ def refine(task: str, checks: Sequence[Check | Callable[[str], Any]], *, session
     every earlier attempt (a fresh start shows the task and the lessons under each). `lessons` are carried in
     from earlier trials. With `resample` "revision" (the default), a failed revision is followed by a fresh
     attempt sampled at RESAMPLE_TEMPERATURE, and no lesson is bought for it (it would not be shown one);
-    with "stall", only a revision that repeats itself is, once, before the run stops NO_PROGRESS. The
-    session's governor may cut retries for a `family` of tasks where they have not paid.
+    with "stall", only a revision that repeats itself is, once, before the run stops NO_PROGRESS. A session
+    with a repair policy (`Session(repairs=RepairPolicy(store))`) chooses between revising and sampling by
+    what has converted instead. The session's governor may cut retries for a `family` of tasks where they
+    have not paid.
     `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     if not checks:
