@@ -208,8 +208,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             # A fresh, sampled attempt follows, and it is not shown a revision's lesson (see
             # RESAMPLE_TEMPERATURE), so none is bought.
             s.history += [(candidate, f"{verdict.feedback}\n{evidence}")] if context == "full" else []
-            s.revising, s.sample_next = None, True
-            s.repairing = (klass, "sample", run.meter.total.total_tokens)
+            s.revising, s.sample_next, s.repairing = None, True, (klass, "sample", run.meter.total.total_tokens)
             ep.checkpoint(s)
             continue
         tokens_before = run.meter.total.total_tokens  # a reflection bought for the revision is part of its cost
