@@ -241,7 +241,9 @@ def _repair(ep: Episode, klass: str, revised: bool, resample: Resample, task: st
 
 
 def _record_repair(ep: Episode, s: RefineState, *, converted: bool) -> None:
-    """Tell the session's repair policy what the attempt just checked, if a repair bought it, came to."""
+    """Tell the session's repair policy what the attempt just checked, if a repair bought it, came to. A run
+    killed between this and its next checkpoint counts the attempt again when resumed: the record is a rate,
+    and one try more or less moves it little."""
     if s.repairing is not None and ep.session.repairs is not None:
         klass, repair, before = s.repairing
         ep.session.repairs.record(ep.roi_model, ep.family, klass, repair, converted=converted,
