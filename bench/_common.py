@@ -154,12 +154,11 @@ CODING_STRATEGIES = "single,resample@3,refine,resample@=refine,refine:reflect=of
 each problem; refine with no reflector call (docs/eval.md describes each)."""
 
 
-def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, ...] = (),
-               strategies: str = CODING_STRATEGIES, splits: dict[str, tuple[str, ...]] | None = None) -> None:
+def eval_bench(dataset: str, bench: str, argv: list[str], strategies: str = CODING_STRATEGIES,
+               splits: dict[str, tuple[str, ...]] | None = None) -> None:
     """`reflexa eval DATASET` as a bench: its strategies, rows and traces in bench/results/eval/BENCH, the
-    report as Markdown, then `defaults` (e.g. `--limit 200`). An option in `argv` replaces the bench's own;
-    the others pass through. `--split NAME` stands for the options `splits` gives NAME (the tuning split,
-    the confirming one)."""
+    report as Markdown. An option in `argv` replaces the bench's own; the others pass through. `--split
+    NAME` stands for the options `splits` gives NAME (the tuning split, the confirming one)."""
     from reflexa.cli.app import main
 
     argv = _split(argv, splits or {})
@@ -174,9 +173,6 @@ def eval_bench(dataset: str, bench: str, argv: list[str], defaults: tuple[str, .
         args += ["--trace", str(Path(out) / "traces.db")]
     if not given & {"--json", "--markdown"}:
         args.append("--markdown")
-    for flag, value in zip(defaults[::2], defaults[1::2], strict=True):
-        if flag not in given:
-            args += [flag, value]
     sys.argv = ["reflexa", *args, *argv]
     main()
 
