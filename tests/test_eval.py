@@ -481,5 +481,5 @@ def test_a_learning_repair_policy_is_a_strategy_and_keeps_its_record_in_the_eval
     store = open_store(trace)
     (run_id,) = rows(out)[("a", "refine:repairs=learn")]["run_ids"]
     assert [s.payload().repair for s in store.steps(run_id) if s.kind == "repair"] == ["revise"]
-    assert store.get("repairs", "|scripted|refine|no_match/first|revise")["conversions"] == 1
+    assert store.get("repairs", "scripted|refine|no_match/first|revise")["conversions"] == 1
     store.close()

@@ -101,13 +101,13 @@ def test_a_frozen_policy_carries_a_learned_choice_to_another_run_and_changes_no_
     store = MemoryStore()
     record(RepairPolicy(store), "sample", MIN_TRIES, MIN_TRIES, 100, "scripted")
     record(RepairPolicy(store), "revise", MIN_TRIES, 0, 100, "scripted")
-    before = store.get(NAMESPACE, f"|scripted|refine|{CLASS}|sample")
+    before = store.get(NAMESPACE, f"scripted|refine|{CLASS}|sample")
     model = ScriptedModel([answer("one"), answer("one"), answer("one")])
     result = refine("the task", [Harness()], session=Session(model=model, store=store,
                                                                repairs=RepairPolicy(store, frozen=True)))
     assert result.stop_reason in (StopReason.MAX_ITERATIONS, StopReason.NO_PROGRESS)
     assert model.prompts[1] == [{"role": "user", "content": "the task"}]
-    assert store.get(NAMESPACE, f"|scripted|refine|{CLASS}|sample") == before
+    assert store.get(NAMESPACE, f"scripted|refine|{CLASS}|sample") == before
 
 
 def test_the_repair_under_way_survives_a_checkpoint():
@@ -120,7 +120,7 @@ def test_refine_learns_repairs_from_the_command_line_into_the_trace_store(tmp_pa
     result = invoke("refine", str(EXAMPLE / "task.md"), "--tests", str(EXAMPLE / "test_solution.py"), "--model",
                     replies(tmp_path, WRONG, LESSON, RIGHT), "--repairs", "learn", "--trace", str(trace), "--json")
     assert json.loads(result.output)["stop_reason"] == "PASSED"
-    tally = open_store(str(trace)).get(NAMESPACE, "|scripted|refine|pytest/first|revise")
+    tally = open_store(str(trace)).get(NAMESPACE, "scripted|refine|pytest/first|revise")
     assert tally is not None and (tally["tries"], tally["conversions"]) == (1, 1) and tally["tokens"] > 0
 
 

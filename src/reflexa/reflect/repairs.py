@@ -78,15 +78,14 @@ class Choice:
 class RepairPolicy:
     """Chooses refine's repair per failure class from the record of earlier runs in `store`."""
 
-    def __init__(self, store: Store, *, frozen: bool = False, scope: str = "") -> None:
+    def __init__(self, store: Store, *, frozen: bool = False) -> None:
         self.store = store
         self.frozen = frozen
         """Read the record, never write it (a policy carried from a tuning split)."""
-        self.scope = scope
-        """Prefixes every key: records of different setups (an eval's strategies) in one store stay apart."""
 
-    def _key(self, model: str, family: str, klass: str, repair: str) -> str:
-        return f"{self.scope}|{model}|{family}|{klass}|{repair}"
+    @staticmethod
+    def _key(model: str, family: str, klass: str, repair: str) -> str:
+        return f"{model}|{family}|{klass}|{repair}"
 
     def tally(self, model: str, family: str, klass: str, repair: RepairKind) -> Tally:
         data = self.store.get(NAMESPACE, self._key(model, family, klass, repair))
