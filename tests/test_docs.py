@@ -50,6 +50,7 @@ LESSON = {"failure_step": "attempt 1", "observed_mismatch": "is_prime(1) returne
           "root_cause": "1 is not prime", "correction": "return False below 2"}
 REPLIES = {
     # The key is a word of the block; the value what the scripted model answers it with.
+    "approver=policy": [act("pay", order_id=7), act("final_answer", answer="paid")],
     "refund": [act("find_order", order_id=17), act("refund", order_id=17, amount=42.0),
                act("final_answer", answer="refunded 42.0 on order 17")],
     "trials": [act("query", sql="SELECT count(*) FROM orders"), act("final_answer", answer="400")],

@@ -4,6 +4,7 @@ import sys
 import reflexa
 
 PUBLIC = [
+    "ApprovalRequest",
     "Budget",
     "Check",
     "CheckContext",
@@ -11,6 +12,7 @@ PUBLIC = [
     "Completion",
     "ConfigError",
     "Control",
+    "Decision",
     "ErrorCode",
     "ExperienceLibrary",
     "Governor",
@@ -19,6 +21,7 @@ PUBLIC = [
     "Lesson",
     "Limits",
     "LocalCorpus",
+    "MCPServer",
     "MemoryStore",
     "Model",
     "ModelError",

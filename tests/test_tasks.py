@@ -44,7 +44,7 @@ def scripted(path, **scripts):
     ({"task": "t", "test_code": "assert ("}, "test_code: not valid Python"),
     ({"task": "t", "regex": "("}, "regex:"),
     ({"task": "t", "regex": "x", "out": "../x.py"}, "out: must be a relative path"),
-    ({"loop": "react", "task": "q"}, "db: required for a react task"),
+    ({"loop": "react", "task": "q"}, "a react task needs tools: db (an SQLite file), tools or mcp"),
     ({"loop": "react", "task": "q", "db": "s.sqlite", "tests": "t.py"}, "tests: not a field of a react task"),
     ({"loop": "research", "task": "q"}, "corpus: required"),
     ({"loop": "plan", "task": "q", "db": "s.sqlite", "max_rounds": 2}, "max_rounds: not a field of a plan task"),

@@ -44,6 +44,9 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "reflexa.tools.registry",
     "ToolRegistry": "reflexa.tools.registry",
     "sql_tools": "reflexa.tools.sql",
+    "MCPServer": "reflexa.tools.mcp",
+    "ApprovalRequest": "reflexa.tools.approval",
+    "Decision": "reflexa.tools.approval",
     # search
     "LocalCorpus": "reflexa.search.corpus",
     "SearchCache": "reflexa.search.cache",

@@ -20,7 +20,7 @@ from .errors import ConfigError, ModelError
 from .models.base import TIME_UP, Completion, Model
 from .structured import Message, Schema
 from .trace.store import LEASE_TTL, MemoryStore, RunRecord, Store
-from .types import Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
+from .types import UNFINISHED, Budget, Payload, Result, Role, Step, StopReason, Usage, Verdict, payload
 
 Observer = Callable[[str, Any], None]
 """Called with ("run", RunStarted) once the run is open in the store (new or resumed), ("call", role) before
@@ -324,7 +324,7 @@ class Run:
         try:
             self.record(Stop(stop_reason, error))
             result.steps = self.next_step - 1
-            status = "interrupted" if stop_reason is StopReason.INTERRUPTED else "finished"
+            status = UNFINISHED.get(stop_reason, "finished")
             self.store.finish_run(self.run_id, stop_reason, time.time(), result.to_dict(), status=status)
         finally:  # released only now: until the run is closed, another process must not take it over
             self.store.release_lease(self.run_id, self.owner)

@@ -36,6 +36,12 @@ class StopReason(StrEnum):
     UNRECOVERABLE = "UNRECOVERABLE"
     ERROR = "ERROR"
     INTERRUPTED = "INTERRUPTED"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    """A side-effecting tool call waits for a human's decision (`reflexa approve`); the run resumes from it."""
+
+
+UNFINISHED: dict[StopReason, str] = {StopReason.INTERRUPTED: "interrupted", StopReason.AWAITING_APPROVAL: "awaiting"}
+"""Stop reasons that leave a run to be resumed, and the status each stores; every other one finishes it."""
 
 
 class Role(StrEnum):

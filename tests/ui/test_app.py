@@ -438,3 +438,23 @@ def test_a_scatter_chart_draws_strategies_that_ran_alike_as_one_labelled_point()
     svg = str(scatter_chart([Point("single", 720.0, 3), Point("research", 720.0, 3), Point("always-search", 869.0, 4)],
                             title="t", x_label="x", y_label="y"))
     assert svg.count('class="point"') == 2 and ">single, research<" in svg
+
+
+def test_a_run_waiting_for_approval_shows_the_call_and_how_to_decide(tmp_path):
+    from reflexa import tool
+    from reflexa.loops import react
+    from reflexa.tools.approval import defer
+
+    @tool(side_effect=True)
+    def refund(order_id: int) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    path = tmp_path / "t.db"
+    action = {"action": {"thought": "refund it", "tool": "refund", "args": {"order_id": 12}, "confidence": 0.9}}
+    result = react("Refund order 12", [refund], session=Session(model=ScriptedModel([action]),
+                                                                 store=SQLiteStore(path), approver=defer))
+    assert result.stop_reason is StopReason.AWAITING_APPROVAL
+    html = client_for(path).get(f"/runs/{result.run_id}").text
+    assert "Waiting for approval" in html and "<code>refund</code>" in html and "order_id" in html
+    assert f"reflexa approve {result.run_id[:12]}" in html and "AWAITING_APPROVAL" in html

@@ -15,9 +15,10 @@ import typer
 from rich.markup import escape
 
 from ..errors import ConfigError
-from . import batch, run
+from . import approve, batch, run
 from .common import clean_errors, console, errors, find_run, open_store
 from .eval import eval_command
+from .mcp import mcp_command
 from .options import TraceOpt, path_arg
 
 app = typer.Typer(
@@ -32,8 +33,10 @@ app = typer.Typer(
 for _name, _command in run.COMMANDS.items():
     app.command(_name)(_command)
 app.command("resume")(run.resume)
+app.command("approve")(approve.approve)
 app.command("batch")(batch.batch)
 app.command("eval")(eval_command)
+app.command("mcp")(mcp_command)
 
 LOOPS = ("refine", "react", "research", "trials", "plan")
 """The loops a stored run can be of."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime
@@ -17,7 +18,7 @@ from ..trace.store import RunRecord, Store, shown_status, under_parents
 from ..types import StopReason
 from .render import View, counters_line, last_plan_tree, usage_table
 
-STATUSES = ("running", "stale", "finished", "interrupted")
+STATUSES = ("running", "stale", "finished", "interrupted", "awaiting")
 """What `runs --status` takes besides a stop reason. "stale": stored as running, but its process is gone."""
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -124,9 +125,10 @@ def run_data(record: RunRecord, status: str) -> dict[str, Any]:
     }
 
 
-SHORT_LABELS = {"ANSWERED_UNVERIFIED": "UNVERIFIED"}
+SHORT_LABELS = {"ANSWERED_UNVERIFIED": "UNVERIFIED", "AWAITING_APPROVAL": "AWAITING"}
 """Stop reasons shortened in the table, so it fits 80 columns (--json and `show` keep the full name)."""
-STATUS_STYLE = {"PASSED": "green", "UNVERIFIED": "yellow", "INTERRUPTED": "yellow", "running": "cyan",
+STATUS_STYLE = {"PASSED": "green", "UNVERIFIED": "yellow", "INTERRUPTED": "yellow", "AWAITING": "yellow",
+                "running": "cyan",
                 "stale": "magenta", "ERROR": "red"}
 
 
@@ -137,7 +139,8 @@ def runs_table(rows: list[tuple[RunRecord, str]], width: int) -> Table:
     cells = []
     listed = {record.run_id for record, _ in rows}
     for record, status in rows:
-        label = record.stop_reason if status in ("finished", "interrupted") and record.stop_reason else status
+        ended = status in ("finished", "interrupted", "awaiting") and record.stop_reason is not None
+        label = str(record.stop_reason) if ended else status
         label = SHORT_LABELS.get(label, label)
         tokens = _tokens(record)
         cells.append((record.run_id[:12], record.loop, label,
@@ -174,6 +177,18 @@ MODEL_WIDTH = 24
 """The model column's widest: a long spec (a server URL) is cut."""
 TASK_MIN_WIDTH = 24
 """The model column is shown only when the task column keeps at least this much room."""
+
+
+def _waiting(console: Console, store: Store, record: RunRecord) -> None:
+    """The call a run waits on, and how to decide on it."""
+    from ..tools.approval import waiting
+
+    for call in waiting(store, record.run_id):
+        console.print(f"[yellow]waiting for approval:[/yellow] step {call.step} calls {escape(call.tool)}"
+                      f"({escape(json.dumps(call.args, ensure_ascii=False))})", highlight=False, soft_wrap=True)
+    short = record.run_id[:12]
+    console.print(f"decide with: reflexa approve {short} [--deny WHY]; then: reflexa resume {short}",
+                  highlight=False, soft_wrap=True, markup=False)
 
 
 def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -> None:
@@ -213,6 +228,8 @@ def show_run(console: Console, store: Store, record: RunRecord, *, full: bool) -
                       f"continue it with: {escape(resume_hint(record))}", highlight=False, soft_wrap=True)
     elif status == "running":
         console.print("[cyan]this run is in progress in another process[/cyan]", highlight=False)
+    elif status == "awaiting":
+        _waiting(console, store, record)
     elif status != "finished":
         console.print(f"[yellow]this run is {escape(status)}[/yellow]; continue it with: "
                       f"{escape(resume_hint(record))}", highlight=False, soft_wrap=True)

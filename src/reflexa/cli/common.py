@@ -15,7 +15,7 @@ from ..errors import ConfigError, ReflexaError
 console = Console()
 errors = Console(stderr=True)
 
-EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "INTERRUPTED": 130}
+EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "AWAITING_APPROVAL": 5, "INTERRUPTED": 130}
 """How a run's stop reason maps to the exit status; every other reason (a run stopped without passing) is 3.
 2 is bad input."""
 NOT_PASSED = 3

@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
@@ -31,7 +31,7 @@ from ..types import Payload, Result, Signal, Step, StopReason, Usage
 
 STATUS_STYLE = {"PASS": "bold green", "NEEDS_IMPROVEMENT": "bold yellow", "FAIL": "bold red"}
 STOP_STYLE = {StopReason.PASSED: "bold green", StopReason.ANSWERED_UNVERIFIED: "bold yellow",
-              StopReason.INTERRUPTED: "bold yellow"}
+              StopReason.INTERRUPTED: "bold yellow", StopReason.AWAITING_APPROVAL: "bold yellow"}
 SNIPPET_LINES = 25
 """Lines of a candidate shown live; `reflexa show --full` shows all of it."""
 
@@ -261,6 +261,20 @@ class LiveView(View):
                 self._live = Live(self, console=self.console, refresh_per_second=LIVE_REFRESH, transient=True,
                                   redirect_stdout=False, redirect_stderr=False)
                 self._live.start()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The live line taken down while the terminal asks the user something, then back."""
+        with self._live_lock:
+            closed, self._closed = self._closed, True
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+        try:
+            yield
+        finally:
+            with self._live_lock:
+                self._closed = closed
 
     def close(self) -> None:
         """Take the live line down for good (the steps printed above it stay)."""

@@ -48,6 +48,14 @@ ValidateOpt = Annotated[str | None, option(
     "that must exit 0 (the answer is $REFLEXA_ANSWER). Without it an answer ends ANSWERED_UNVERIFIED.")]
 WriteOpt = Annotated[bool | None, option(None, "Allow changes: adds the side-effecting execute tool.",
                                          names=("--write",))]
+ToolsOpt = Annotated[list[str] | None, option(
+    "REF", "Your own tools: module:function[,module:function] or a .py file (every @tool in it); repeatable.")]
+McpOpt = Annotated[list[str] | None, option(
+    "SERVER", "An MCP server's tools: a command that starts a stdio server (quoted, e.g. \"python server.py\") or "
+    "http://HOST:PORT/mcp; repeatable. Needs pip install 'reflexa[mcp]'.")]
+ApproveOpt = Annotated[str | None, option(
+    "HOW", "Human approval of side-effecting tool calls: ask (in the terminal), defer (stop AWAITING_APPROVAL, "
+    "exit 5, until `reflexa approve`) or off (default).")]
 StepsOpt = Annotated[int | None, option("N", "Steps at most (default 8).", min=1)]
 UnitStepsOpt = Annotated[int | None, option("N", "Steps each sub-goal takes at most (default 8).", min=1)]
 TrialsOpt = Annotated[int | None, option("N", "Whole react attempts at most (default 3).", min=1)]
@@ -83,16 +91,20 @@ def refine(task: TaskArg, tests: TestsOpt = None, test_code: TestCodeOpt = None,
                  judge=judge, out=out, timeout=timeout, max_attempts=max_attempts, context=context, repairs=repairs)
 
 
-def react(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
-          max_steps: StepsOpt = None) -> TaskSpec:
-    """Answer a question with tools (the bundled SQL toolset), reflecting only on failure signals."""
-    return _spec("react", task, db=db, validate=validate, write=write, max_steps=max_steps)
+def react(task: TaskArg, db: DbOpt = None, tools: ToolsOpt = None, mcp: McpOpt = None, approve: ApproveOpt = None,
+          validate: ValidateOpt = None, write: WriteOpt = None, max_steps: StepsOpt = None) -> TaskSpec:
+    """Answer a question with tools (the bundled SQL toolset, your own, an MCP server's), reflecting only on
+    failure signals."""
+    return _spec("react", task, db=db, tools=tools, mcp=mcp, approve=approve, validate=validate, write=write,
+                 max_steps=max_steps)
 
 
-def trials(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
-           max_steps: StepsOpt = None, max_trials: TrialsOpt = None) -> TaskSpec:
+def trials(task: TaskArg, db: DbOpt = None, tools: ToolsOpt = None, mcp: McpOpt = None, approve: ApproveOpt = None,
+           validate: ValidateOpt = None, write: WriteOpt = None, max_steps: StepsOpt = None,
+           max_trials: TrialsOpt = None) -> TaskSpec:
     """Run react trials until one passes; each starts from the lessons of the failed ones before it."""
-    return _spec("trials", task, db=db, validate=validate, write=write, max_steps=max_steps, max_trials=max_trials)
+    return _spec("trials", task, db=db, tools=tools, mcp=mcp, approve=approve, validate=validate, write=write,
+                 max_steps=max_steps, max_trials=max_trials)
 
 
 def research(task: TaskArg, corpus: CorpusOpt = None, search: SearchOpt = None,
@@ -101,13 +113,14 @@ def research(task: TaskArg, corpus: CorpusOpt = None, search: SearchOpt = None,
     return _spec("research", task, corpus=corpus, search=search, max_rounds=max_rounds)
 
 
-def plan(task: TaskArg, db: DbOpt = None, validate: ValidateOpt = None, write: WriteOpt = None,
-         max_steps: UnitStepsOpt = None, plan_file: PlanOpt = None, replan: ReplanOpt = None,
-         corpus: CorpusOpt = None, search: SearchOpt = None) -> TaskSpec:
+def plan(task: TaskArg, db: DbOpt = None, tools: ToolsOpt = None, mcp: McpOpt = None, approve: ApproveOpt = None,
+         validate: ValidateOpt = None, write: WriteOpt = None, max_steps: UnitStepsOpt = None,
+         plan_file: PlanOpt = None, replan: ReplanOpt = None, corpus: CorpusOpt = None,
+         search: SearchOpt = None) -> TaskSpec:
     """Break a goal into a tree of sub-goals and run each (react, refine or research) in dependency order,
     under one budget, with what one sub-goal learns applied to the later ones."""
-    return _spec("plan", task, db=db, validate=validate, write=write, max_steps=max_steps, plan=plan_file,
-                 replan=replan, corpus=corpus, search=search)
+    return _spec("plan", task, db=db, tools=tools, mcp=mcp, approve=approve, validate=validate, write=write,
+                 max_steps=max_steps, plan=plan_file, replan=replan, corpus=corpus, search=search)
 
 
 SpecArg = Annotated[Path, typer.Argument(parser=path_arg, metavar="SPEC", show_default=False,
@@ -189,6 +202,7 @@ def session_for(spec: TaskSpec, trace: str | None, out: Output, *, experience: b
     from ..loops import Session
     from ..models.spec import resolve, resolve_reflector
     from ..reflect import ExperienceLibrary
+    from .approve import TerminalApprover
     from .live import chain, observer_for
     from .render import PlanView
 
@@ -200,7 +214,8 @@ def session_for(spec: TaskSpec, trace: str | None, out: Output, *, experience: b
         model = resolve(spec.model)
         session = Session(model=model, store=store, observer=observer,
                           experience=ExperienceLibrary(store) if experience else None,
-                          reflector_model=resolve_reflector(spec.reflector_model, model))
+                          reflector_model=resolve_reflector(spec.reflector_model, model),
+                          approver=TerminalApprover(tracker.view) if spec.approve == "ask" else None)
     except BaseException:
         _stop_view(tracker)  # a bad model spec or store: the error must not print under a live line
         raise

@@ -143,13 +143,20 @@ def _cookbook(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None,
 
 def _tutorial(run: Run, spec: TaskSpec, visible: list[Any], reflect: bool = False) -> tuple[str | None, bool, int]:
     """The tutorial agent loop (faults.py's baseline): the whole history in each prompt."""
+    from ..tasks.run import tools
+
+    with tools(spec) as registry:
+        return _tutorial_steps(run, spec, registry, reflect)
+
+
+def _tutorial_steps(run: Run, spec: TaskSpec, registry: Any, reflect: bool) -> tuple[str | None, bool, int]:
     from ..loops import react_prompts as prompts
     from ..loops.react import MAX_STEPS
     from ..reflect.reflector import Reflection
-    from ..tasks.run import tools, validator
+    from ..tasks.run import validator
     from ..tools import ToolSession
 
-    registry, check = tools(spec), validator(spec)
+    check = validator(spec)
     session, schema = ToolSession(registry), prompts.action_schema(registry)
     history: list[str] = []
     lessons: list[str] = []

@@ -25,7 +25,7 @@ from ..evaluate.answer import Validator, ValidatorCheck, all_of
 from ..reflect.engine import Decided
 from ..runtime import Checkpoint, Stop
 from ..search.base import SearchBackend
-from ..tools.registry import Tool, ToolRegistry, interrupted_effects
+from ..tools.registry import Tool, ToolRegistry, ToolSource, interrupted_effects
 from ..trace.store import RunRecord
 from ..types import (
     Budget,
@@ -44,7 +44,7 @@ from . import goals
 from . import plan_prompts as prompts
 from .goals import GoalTree, Subgoal
 from .react import MAX_STEPS, Acted, react
-from .session import Episode, Outcome, Session, find_child, run_loop, widened
+from .session import Episode, Outcome, Session, awaiting, find_child, run_loop, widened
 
 PLAN_TOKENS = 768
 """The planner's reply is capped at this many tokens: about 8 sub-goals of one sentence each."""
@@ -188,7 +188,7 @@ class Ran:
                    usage)
 
 
-def plan(task: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
+def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, session: Session | None = None,
          budget: Budget = Budget(), tree: GoalTree | Mapping[str, Any] | Path | None = None,
          max_subgoals: int = goals.MAX_SUBGOALS, max_steps: int = MAX_STEPS, validator: Validator | None = None,
          facts: Sequence[str] = (), db: str | Path | None = None, search: SearchBackend | None = None,
@@ -247,6 +247,8 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
             _status(ep, s, unit, "running")
         started = time.monotonic()
         ran = _run_unit(ep, s, tree, unit, ctx, resumed)
+        if ran.stop_reason is StopReason.AWAITING_APPROVAL:  # the unit stays running: a resume resumes its run
+            return Stop(ran.stop_reason, f"sub-goal {unit.name}: " + awaiting(ran.error, ran.run_id, run.run_id))
         s.seconds += time.monotonic() - started
         for role, usage in ran.usage.items():
             run.meter.record(role, usage)

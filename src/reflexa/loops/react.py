@@ -11,7 +11,17 @@ from .. import aio
 from ..reflect import Facts, Handling, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
-from ..tools.registry import Blocks, Observation, Tool, ToolRegistry, ToolSession, effect_tool, interrupted_effects
+from ..tools.approval import AwaitingApproval
+from ..tools.registry import (
+    Blocks,
+    Observation,
+    Tool,
+    ToolRegistry,
+    ToolSession,
+    ToolSource,
+    effect_tool,
+    interrupted_effects,
+)
 from ..types import Budget, ErrorCode, Lesson, Payload, Result, Role, Serial, Signal, StopReason, Usage, payload
 from . import react_prompts as prompts
 from .session import Episode, Outcome, Session, run_loop
@@ -139,7 +149,7 @@ class ReactState(Serial):
                           retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
 
 
-def react(task: str, tools: ToolRegistry | Sequence[Tool], *, session: Session | None = None,
+def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, session: Session | None = None,
           budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
           memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
@@ -166,7 +176,8 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool], *, session: Session |
         state.queued = Chosen(_action(forced["tool"], forced["args"]), "(forced by a lesson)")
 
     def body(ep: Episode, s: ReactState) -> Stop:
-        return _steps(ep, s, ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks), validator, similarity)
+        tools = ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks, ep.session.approver)
+        return _steps(ep, s, tools, validator, similarity)
 
     return run_loop(session or Session(), "react", task, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
@@ -194,7 +205,13 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         if isinstance(chosen.action, ToolCall):
             run.status(f"tool {chosen.action.tool} running")  # a live view shows it until the step lands
         acted_at = time.time()  # the step spans the tool call: a trace (and a tracer) shows its time
-        action, observation = _carry_out(chosen.action, tools, s.step, validator)
+        try:
+            action, observation = _carry_out(chosen.action, tools, s.step, validator)
+        except AwaitingApproval as waiting:
+            # The same call, at the same step, is the first thing a resume does: it then finds its decision.
+            s.step, s.queued = s.step - 1, chosen
+            ep.checkpoint(s)
+            return Stop(StopReason.AWAITING_APPROVAL, str(waiting))
         thought = chosen.thought if chosen.by_model else ""  # a rule's note is no repeated thought
         signals = [] if isinstance(chosen.action, PageAction) else step_signals(
             source=f"tool:{observation.tool}", ok=observation.ok, code=observation.code,
@@ -301,7 +318,7 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
                  retries_before=s.retries.get(action, 0), can_page=observation.truncated,
-                 answer_asked=action in s.answer_asked)
+                 answer_asked=action in s.answer_asked, human=observation.denied)
 
 
 def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession) -> None:

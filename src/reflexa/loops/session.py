@@ -20,8 +20,9 @@ from ..reflect import Engine, ExperienceLibrary, Governor
 from ..reflect.governor import Plan
 from ..reflect.repairs import RepairPolicy
 from ..runtime import Checkpoint, Observer, Run, Stop
+from ..tools.approval import Approver
 from ..trace.store import MemoryStore, RunRecord, Store
-from ..types import Budget, Result, StopReason, Usage, Verdict
+from ..types import UNFINISHED, Budget, Result, StopReason, Usage, Verdict
 
 
 @dataclass(slots=True)
@@ -43,6 +44,9 @@ class Session:
     reflector_model: Model | None = None
     """The model the reflector's calls go to; None is `model`. A small generator can be given a larger
     reflector: its calls are few and short, and a lesson that names the cause is what converts a failure."""
+    approver: Approver | None = None
+    """Decides on every side-effecting tool call before it runs (tools/approval.py: approve, deny with a
+    reason, or defer, which stops the run AWAITING_APPROVAL); None runs them unasked."""
 
     def resolved_model(self) -> Model:
         if self.model is None:
@@ -144,11 +148,11 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
         notes = ([plan.note] if plan.note else []) + outcome.notes
         result = run.finish(reason, output=outcome.output, best=outcome.best, verdict=outcome.verdict,
                             iterations=outcome.iterations, error=error, notes=notes, details=outcome.details,
-                            counters={**engine.finish(None if reason is StopReason.INTERRUPTED
+                            counters={**engine.finish(None if reason in UNFINISHED
                                                       else reason is StopReason.PASSED), **outcome.counters})
-        # An interrupted run has not ended, and an answer nothing checked cannot tell a conversion from a
-        # failure: neither says anything about whether retries pay.
-        if session.governor and reason not in (StopReason.INTERRUPTED, StopReason.ANSWERED_UNVERIFIED):
+        # An interrupted or waiting run has not ended, and an answer nothing checked cannot tell a conversion
+        # from a failure: neither says anything about whether retries pay.
+        if session.governor and reason not in (*UNFINISHED, StopReason.ANSWERED_UNVERIFIED):
             session.governor.record(roi_model, family, task, retried=outcome.retried, converted=result.passed,
                                     retry_tokens=outcome.retry_tokens)
         return result
@@ -193,6 +197,11 @@ def widened(budget: Budget, spent: Usage) -> Budget:
     """`budget` raised by what a resumed child spent before the kill: the child counts that itself."""
     return replace(budget, max_tokens=None if budget.max_tokens is None else budget.max_tokens + spent.total_tokens,
                    max_calls=None if budget.max_calls is None else budget.max_calls + spent.calls)
+
+
+def awaiting(child_error: str | None, child_id: str, parent_id: str) -> str:
+    """A child run's AWAITING_APPROVAL message, naming its parent: `reflexa approve` and `resume` take that."""
+    return (child_error or "a tool call waits for approval").replace(child_id[:12], parent_id[:12])
 
 
 def _restored(run: Run, engine: Engine, fresh: S) -> S:

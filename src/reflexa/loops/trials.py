@@ -11,7 +11,7 @@ from typing import Any
 from ..runtime import Run, Stop
 from ..trace.store import RunRecord
 from ..types import Budget, ErrorCode, Lesson, Payload, Result, Serial, Signal, StopReason, Usage, Verdict, payload
-from .session import Episode, Outcome, Session, find_child, run_loop, widened
+from .session import Episode, Outcome, Session, awaiting, find_child, run_loop, widened
 
 MAX_TRIALS = 3
 """Trials by default."""
@@ -96,6 +96,8 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
             last = Result.from_dict(child.result)  # it ended before the kill: read back, not run again
         else:
             last = attempt(_call(run, s, child))
+        if last.stop_reason is StopReason.AWAITING_APPROVAL:  # a resume resumes this trial's run
+            return Stop(last.stop_reason, awaiting(last.error, last.run_id, run.run_id))
         for role, usage in last.usage.items():
             run.meter.record(role, usage)
             s.spent.setdefault(role, Usage()).add(usage)

@@ -65,11 +65,13 @@ class Facts:
     """A truncated observation has another page to show."""
     answer_asked: bool = False
     """The final answer was already asked for after this same repeated call: ask the reflector instead."""
+    human: bool = False
+    """A human denied the call: the tool is blocked, and the agent may still reach the goal another way."""
 
 
 def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
     code = signal.code
-    if code is ErrorCode.PERMISSION:
+    if code is ErrorCode.PERMISSION and not facts.human:
         return Classification(Decision.UNRECOVERABLE, f"permission denied: {signal.message}")
     if facts.fatal:
         reason = "the target does not exist" if code is ErrorCode.NOT_FOUND else "the tool says retrying cannot help"

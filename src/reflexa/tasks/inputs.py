@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..files import file_problem, is_sqlite, read_json, read_text
+from ..tools.load import problem as tool_problem
 
 if TYPE_CHECKING:
     from .spec import TaskSpec
@@ -28,6 +29,8 @@ def problems(spec: TaskSpec) -> list[str]:
             found += _database_problems(spec, db)
     if spec.corpus and not (spec.path("corpus") or Path()).is_dir():
         found.append(f"corpus: not a folder: {spec.corpus}")
+    base = Path(spec.workdir or ".")
+    found += [f"tools: {p}" for ref in spec.tools if (p := tool_problem(ref, base)) is not None]
     if isinstance(spec.plan, str) and (problem := file_problem(spec.path("plan") or Path(), "plan file")):
         found.append(f"plan: {problem}")
     return found

@@ -3,20 +3,25 @@ call its loop with them. Every face comes through here, so a resumed run is rebu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..evaluate.answer import Validator, answer_validator
 from ..evaluate.checks import Check, CheckContext
 from ..loops import Session
 from ..search.base import SearchBackend
+from ..tools.approval import Approver, defer
 from ..tools.registry import ToolRegistry
 from ..types import Budget, Lesson, Result, Signal
 from .inputs import load_schema, plan_tree
 from .spec import TaskSpec
 
+log = logging.getLogger(__name__)
 Runner = Callable[[TaskSpec, Session, str | None, dict[str, Any]], Result]
 
 
@@ -26,6 +31,8 @@ def run_spec(spec: TaskSpec, session: Session | None = None, *, resume: str | No
     Result; the run's record keeps the spec."""
     spec = spec.checked()
     session = session or spec_session(spec)
+    if spec.loop in ("react", "trials", "plan"):
+        session = replace(session, approver=approver(spec, session))
     if spec.seed is not None:
         session = replace(session, model=session.resolved_model().reseeded(spec.seed))
     return RUNNERS[spec.loop](spec, session, resume, {"spec": _pinned(spec, session).dump(), **(meta or {})})
@@ -96,11 +103,33 @@ class Preluded:
         return self.inner.run(self.prelude + candidate, context)
 
 
-def tools(spec: TaskSpec) -> ToolRegistry:
-    """The spec's tools: the bundled SQL toolset on its database."""
+@contextmanager
+def tools(spec: TaskSpec) -> Iterator[ToolRegistry]:
+    """The spec's tools, for the length of a run: the bundled SQL toolset on its database, the user's own
+    tools, and each MCP server's (started here and stopped when the run ends)."""
+    from ..tools.load import load_tools
+    from ..tools.mcp import MCPServer
     from ..tools.sql import sql_tools
 
-    return ToolRegistry(sql_tools(_db(spec), write=spec.write))
+    workdir = Path(spec.workdir or ".")
+    found = [*(sql_tools(db, write=spec.write) if (db := spec.path("db")) else []), *load_tools(spec.tools, workdir)]
+    with ExitStack() as servers:
+        for target in spec.mcp:
+            server = servers.enter_context(MCPServer(target, cwd=workdir))
+            found += server.tools()
+            for skipped in server.skipped:
+                log.warning("MCP server %s: tool %s", server.name, skipped)
+        yield ToolRegistry(found)
+
+
+def approver(spec: TaskSpec, session: Session) -> Approver | None:
+    """Who decides on side-effecting calls: the session's approver, else the spec's `approve`."""
+    if session.approver is not None or spec.approve == "off":
+        return session.approver
+    if spec.approve == "defer":
+        return defer
+    raise ConfigError("approve 'ask' needs someone to ask: the command line asks in the terminal",
+                      hint="from Python, pass Session(approver=...); or use approve 'defer'")
 
 
 def validator(spec: TaskSpec) -> Validator | None:
@@ -122,12 +151,6 @@ def search_backend(spec: TaskSpec) -> SearchBackend:
     return backend(spec.search)
 
 
-def _db(spec: TaskSpec) -> Path:
-    db = spec.path("db")
-    assert db is not None  # TaskSpec requires it for every loop with tools
-    return db
-
-
 # --- one runner per loop ----------------------------------------------------------------------------------
 
 def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
@@ -141,11 +164,16 @@ def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
                   meta=meta, resume=resume)
 
 
-def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any],
-           lessons: Sequence[Lesson] = (), budget: Budget | None = None) -> Result:
+def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
+    with tools(spec) as registry:
+        return _react_with(registry, spec, session, resume, meta)
+
+
+def _react_with(registry: ToolRegistry, spec: TaskSpec, session: Session, resume: str | None,
+                meta: dict[str, Any], lessons: Sequence[Lesson] = (), budget: Budget | None = None) -> Result:
     from ..loops.react import MAX_STEPS, react
 
-    return react(spec.task, tools(spec), session=session, budget=budget or spec.budget, validator=validator(spec),
+    return react(spec.task, registry, session=session, budget=budget or spec.budget, validator=validator(spec),
                  max_steps=spec.max_steps or MAX_STEPS, lessons=lessons, meta=meta, resume=resume)
 
 
@@ -153,12 +181,14 @@ def _trials(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
     from ..loops.trials import MAX_TRIALS, TrialCall, trials
 
     labels = {key: value for key, value in meta.items() if key != "spec"}  # a trial is no trials run to resume
+    with tools(spec) as registry:  # one set of tools (one start of each MCP server) for every trial
 
-    def trial(call: TrialCall) -> Result:
-        return _react(spec, session, call.resume, {**labels, **call.meta}, call.lessons, call.budget)
+        def trial(call: TrialCall) -> Result:
+            return _react_with(registry, spec, session, call.resume, {**labels, **call.meta}, call.lessons,
+                               call.budget)
 
-    return trials(spec.task, trial, session=session, max_trials=spec.max_trials or MAX_TRIALS, budget=spec.budget,
-                  meta=meta, resume=resume)
+        return trials(spec.task, trial, session=session, max_trials=spec.max_trials or MAX_TRIALS,
+                      budget=spec.budget, meta=meta, resume=resume)
 
 
 def _research(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
@@ -175,9 +205,10 @@ def _plan(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, 
     from ..loops.react import MAX_STEPS
 
     search = search_backend(spec) if spec.corpus or spec.search != "local" else None
-    return plan(spec.task, tools(spec), session=session, budget=spec.budget, tree=plan_tree(spec),
-                max_steps=spec.max_steps or MAX_STEPS, validator=validator(spec), facts=spec.facts, db=_db(spec),
-                search=search, replan=spec.replan, meta=meta, resume=resume)
+    with tools(spec) as registry:
+        return plan(spec.task, registry, session=session, budget=spec.budget, tree=plan_tree(spec),
+                    max_steps=spec.max_steps or MAX_STEPS, validator=validator(spec), facts=spec.facts,
+                    db=spec.path("db"), search=search, replan=spec.replan, meta=meta, resume=resume)
 
 
 RUNNERS: dict[str, Runner] = {"refine": _refine, "react": _react, "trials": _trials, "research": _research,

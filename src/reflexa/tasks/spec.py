@@ -26,12 +26,13 @@ LOOPS: tuple[str, ...] = ("refine", "react", "research", "plan", "trials")
 Search = Literal["local", "tavily", "ddgs", "wikipedia"]
 Context = Literal["feedback", "latest", "full"]
 Repairs = Literal["fixed", "learn", "frozen"]
+Approve = Literal["off", "ask", "defer"]
 
 CHECKS = ("tests", "test_code", "check", "regex", "json_schema", "judge")
 """The fields that give refine something to check a candidate against: at least one is required."""
 COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_tokens", "max_calls", "max_seconds",
                     "max_reflections", "reflect", "meta", "workdir"})
-TOOLS = frozenset({"db", "write", "validate_"})
+TOOLS = frozenset({"db", "write", "validate_", "tools", "mcp", "approve"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
     "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
                           "repairs"}),
@@ -103,6 +104,15 @@ class TaskSpec(BaseModel):
     validate_: str | None = Field(default=None, alias="validate")
     """Checks the final answer: an SQL query that must return a row (the answer is :answer), or a shell
     command that must exit 0 (the answer is $REFLEXA_ANSWER)."""
+    tools: list[str] = Field(default_factory=list)
+    """Your own tools: `module:function` (a @tool, a typed function or a list of them) or a `.py` file (every
+    @tool in it), read from `workdir`."""
+    mcp: list[str] = Field(default_factory=list)
+    """MCP servers whose tools join the run: a command that starts a stdio server (run in `workdir`), or the
+    URL of a streamable HTTP one."""
+    approve: Approve = "off"
+    """Human approval of side-effecting tool calls: ask in the terminal, or defer (the run stops
+    AWAITING_APPROVAL until `reflexa approve`); off runs them unasked."""
 
     # research (and plan's research sub-goals)
     corpus: str | None = None
@@ -219,6 +229,9 @@ class TaskSpec(BaseModel):
         for name in ("model", "reflector_model"):
             if getattr(self, name):
                 update[name] = absolute_spec(getattr(self, name), folder)
+        if self.tools:  # one entry per tool reference; a file's path made absolute
+            refs = [part.strip() for ref in self.tools for part in ref.split(",") if part.strip()]
+            update["tools"] = [str(_absolute(folder / ref)) if ref.endswith(".py") else ref for ref in refs]
         return self.model_copy(update=update)
 
     def with_options(self, **options: Any) -> TaskSpec:
@@ -298,8 +311,10 @@ def _loop_errors(spec: TaskSpec) -> list[str]:
                 re.compile(spec.regex)
             except re.error as exc:
                 errors.append(f"regex: {exc}")
-    if spec.loop in ("react", "trials", "plan") and not spec.db:
-        errors.append(f"db: required for a {spec.loop} task (an SQLite file)")
+    if spec.loop in ("react", "trials", "plan") and not (spec.db or spec.tools or spec.mcp):
+        errors.append(f"a {spec.loop} task needs tools: db (an SQLite file), tools or mcp")
+    if any(not ref.strip() for ref in [*spec.tools, *spec.mcp]):
+        errors.append("tools, mcp: an empty entry")
     if spec.validate_ is not None and not spec.validate_.strip():
         errors.append("validate: empty")
     if spec.loop == "research" and spec.search == "local" and not spec.corpus:

@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..errors import ConfigError
-from ..types import TAIL_SHARE, Control, ErrorCode, cap, valid_text
+from ..types import TAIL_SHARE, Control, ErrorCode, cap, fence_untrusted, valid_text
+from . import approval
+from .approval import ApprovalRequest, Approver, AwaitingApproval
 
 OUTPUT_CHARS = 2000
 """Characters of a tool's output shown to the model: a longer one shows its first 3/4 and its last 1/4 of
@@ -56,6 +58,8 @@ class Tool:
     max_chars: int = OUTPUT_CHARS
     takes_model: bool = False
     """The function takes one pydantic model instance rather than keyword arguments."""
+    untrusted: bool = False
+    """Its description is a third party's text (an MCP server's): the prompt shows it fenced, as data."""
 
 
 def tool(function: Callable[..., Any] | None = None, *, name: str | None = None, timeout: float = TOOL_TIMEOUT,
@@ -100,6 +104,8 @@ class Observation:
     """A recorded side effect returned again instead of running the tool a second time."""
     superseded: bool = False
     """A resumed step chose other arguments than the call recorded for it: this one ran as a new call."""
+    denied: bool = False
+    """A human denied the call (PERMISSION): the agent may route around it; the tool stays blocked."""
 
     def shown(self) -> str:
         if not self.ok:
@@ -202,6 +208,13 @@ class Blocks:
         return None
 
 
+@runtime_checkable
+class ToolSource(Protocol):
+    """Something that provides tools, such as an MCP server (`MCPServer`): a registry takes its tools."""
+
+    def tools(self) -> list[Tool]: ...
+
+
 RESERVED = frozenset({"final_answer"})
 """Tool names the loops use themselves; a tool may not take one."""
 
@@ -210,9 +223,9 @@ class ToolRegistry:
     """A static set of tools: names, argument schemas and descriptions. Per-run state (blocks, pages,
     effect records) lives in a ToolSession, so one registry can serve many runs."""
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool | ToolSource]) -> None:
         self.tools: dict[str, Tool] = {}
-        for t in tools:
+        for t in (one for item in tools for one in (item.tools() if isinstance(item, ToolSource) else [item])):
             if t.name in self.tools:  # the later one would silently replace the earlier
                 raise ConfigError(f"two tools are named {t.name!r}", hint="give each tool its own name")
             self.tools[t.name] = t
@@ -224,20 +237,30 @@ class ToolRegistry:
         for t in self.tools.values():
             props = t.args_model.model_json_schema().get("properties", {})
             args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
-            lines.append(f"- {t.name}({args}): {t.description.splitlines()[0] if t.description else ''}")
+            said = t.description.splitlines()[0] if t.description else ""
+            lines.append(f"- {t.name}({args}): {f'<<<{fence_untrusted(said)}>>>' if t.untrusted else said}")
         return "\n".join(lines)
 
 
 @dataclass(slots=True)
 class ToolSession:
     """One run's use of a registry: the blocks its lessons set, the full text of truncated outputs (for
-    paging), and, through `effects` (a Store), the idempotency records of side-effecting calls."""
+    paging), and, through `effects` (a Store), the idempotency records of side-effecting calls and, with an
+    `approver`, the human decisions on them."""
 
     registry: ToolRegistry
     effects: Any = None
     run_id: str = ""
     blocks: Blocks = field(default_factory=Blocks)
+    approver: Approver | None = None
+    """Decides on each side-effecting call before it runs (tools/approval.py); None runs them unasked."""
     _full: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.approver is not None and self.effects is None:  # decisions need a place to live
+            from ..trace.store import MemoryStore
+
+            self.effects = MemoryStore()
 
     def call(self, name: str, args: dict[str, Any], *, step: int = 0) -> Observation:
         """Validate, run and cap one call. A side-effecting call whose key (run, step, tool, arguments) is
@@ -253,7 +276,8 @@ class ToolSession:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "args"
-            return Observation(name, args, False, code=ErrorCode.SCHEMA, message=f"{where}: {first['msg']}",
+            said = str(first["msg"]).removeprefix("Value error, ")  # a schema check's own message, unprefixed
+            return Observation(name, args, False, code=ErrorCode.SCHEMA, message=f"{where}: {said}",
                                suggestion=_renamed(args, t.args_model))
         # Blocked values and effect keys compare the arguments as validated (17.0, "17" and "017" are the
         # int 17; an omitted default is there), so another spelling of the same call is the same call.
@@ -271,6 +295,11 @@ class ToolSession:
                                        "check its effect by hand")
                 return Observation(**{**done, "code": ErrorCode(done["code"]) if done["code"] else None},
                                    replayed=True)
+            if self.approver is not None:
+                decided = self._approval(t, key, step, args, canonical)
+                if isinstance(decided, Observation):
+                    return decided
+                args, valid = decided
             self.effects.put("effects", key, {"pending": True})
         observation = self._invoke(t, args, valid)
         if key is not None:
@@ -280,6 +309,31 @@ class ToolSession:
             observation.superseded = any(other.startswith(key.rsplit(":", 1)[0] + ":") and other != key
                                          for other, _ in self.effects.items("effects"))
         return observation
+
+    def _approval(self, t: Tool, key: str, step: int, args: dict[str, Any],
+                  canonical: dict[str, Any]) -> Observation | tuple[dict[str, Any], BaseModel]:
+        """The human decision on a side-effecting call (stored, or asked for and stored at once): the arguments
+        to run it with, or the observation of a denial. A deferral raises AwaitingApproval."""
+        request = ApprovalRequest(self.run_id, step, t.name, canonical, t.description)
+        earlier = approval.stored(self.effects, key)
+        decision = earlier.decision() if earlier is not None else None
+        if decision is None:
+            assert self.approver is not None
+            decision = self.approver(request)
+            approval.record(self.effects, key, request, decision)
+        if decision.verdict == "defer":
+            raise AwaitingApproval(request)
+        if decision.verdict == "deny":
+            self.blocks.tools.add(t.name)  # denied once, blocked for the rest of the run
+            return Observation(t.name, args, False, code=ErrorCode.PERMISSION, denied=True,
+                               message=f"a human denied this call: {cap(decision.reason, 300)}")
+        if decision.args is None:
+            return args, t.args_model.model_validate(args)
+        try:
+            return decision.args, t.args_model.model_validate(decision.args)
+        except ValidationError as exc:
+            return Observation(t.name, decision.args, False, code=ErrorCode.SCHEMA,
+                               message=f"the arguments a human edited are invalid: {exc.errors()[0]['msg']}")
 
     def _invoke(self, t: Tool, args: dict[str, Any], valid: BaseModel) -> Observation:
         # The validated values as they are (a nested model or a dataclass stays one; model_dump made dicts).

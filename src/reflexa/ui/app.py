@@ -27,6 +27,7 @@ from ..reflect.experience import NAMESPACE as EXPERIENCE
 from ..reflect.experience import Entry
 from ..reflect.governor import NAMESPACE as GOVERNOR
 from ..reflect.governor import Governor, Stats, wilson_upper
+from ..tools.approval import waiting
 from ..trace.store import RunRecord
 from ..types import StopReason, Usage
 from .charts import Bar, Point, bar_chart, scatter_chart
@@ -157,7 +158,8 @@ def _run_routes(app: FastAPI, pages: Pages) -> None:
                           items=Timeline(record).items(steps), usage=usage, total=Usage.total(usage.values()),
                           usage_chart=_usage_chart(usage), citations=citations(record, steps), live=live,
                           alive=live and store.live(record.run_id), last_step=steps[-1].step_id if steps else 0,
-                          duration=(record.ended_at or time.time()) - record.started_at, result=record.result or {})
+                          duration=(record.ended_at or time.time()) - record.started_at, result=record.result or {},
+                          waiting=waiting(store, record.run_id) if record.status == "awaiting" else [])
 
     @app.get("/runs/{run_id}/steps/{step_id}.json")
     def step_json(run_id: str, step_id: int) -> Response:

@@ -1,0 +1,100 @@
+"""Human approval on the command line: `--approve ask` asks in the terminal before each side-effecting
+call, and `reflexa approve RUN_ID` decides on a call a run stopped for (`--approve defer`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import nullcontext
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from ..errors import ConfigError
+from ..tools.approval import ApprovalRequest, Decision
+from .common import clean_errors, console, errors, find_run, open_store
+from .options import TraceOpt, option
+
+
+class TerminalApprover:
+    """Asks on the terminal: approve, deny with a reason, edit the arguments, or defer. The live view is
+    taken down while it asks; no answer (stdin closed) defers, so nothing runs without a decision."""
+
+    def __init__(self, view: Any = None) -> None:
+        self.view = view
+
+    def __call__(self, request: ApprovalRequest) -> Decision:
+        with self.view.paused() if self.view is not None else nullcontext():
+            errors.print(f"[bold yellow]approval needed:[/bold yellow] {escape(request.tool)}"
+                         f"({escape(json.dumps(request.args, ensure_ascii=False))})", highlight=False)
+            while True:
+                answer = _ask("approve? [y]es, [n]o, [e]dit the arguments, [d]efer: ").lower()
+                if answer in ("y", "yes"):
+                    return Decision.approve()
+                if answer in ("n", "no"):
+                    return Decision.deny(_ask("why (the agent sees this): "))
+                if answer in ("e", "edit"):
+                    if (edited := _edited()) is not None:
+                        return Decision.approve(edited)
+                    continue
+                if answer in ("d", "defer", ""):
+                    return Decision.defer()
+
+
+def _ask(prompt: str) -> str:
+    errors.print(prompt, end="", highlight=False, markup=False)
+    line = sys.stdin.readline()
+    return line.strip() if line else ""  # "" at end of input: defer
+
+
+def _edited() -> dict[str, Any] | None:
+    text = _ask("arguments as a JSON object: ")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        errors.print(f"not JSON: {exc.msg}", highlight=False)
+        return None
+    if not isinstance(value, dict):
+        errors.print("the arguments must be a JSON object", highlight=False)
+        return None
+    return value
+
+
+def approve(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run waiting for approval (id or prefix).")],
+    deny: Annotated[str | None, option("WHY", "Deny the call; the agent sees the reason.", names=("--deny",))] = None,
+    args: Annotated[str | None, option("JSON", "Approve the call with these arguments instead (a JSON object).",
+                                       names=("--args",))] = None,
+    trace: TraceOpt = None,
+) -> None:
+    """Approve (or deny) the side-effecting call a run stopped for; `reflexa resume RUN_ID` then carries
+    it out, once."""
+    from ..tools.approval import decide, waiting
+
+    with clean_errors():
+        if deny is not None and args is not None:
+            raise ConfigError("--deny and --args exclude each other")
+        store = open_store(trace)
+        record = find_run(store, run_id)
+        calls = waiting(store, record.run_id)
+        if not calls:
+            raise ConfigError(f"run {record.run_id[:12]} has no call waiting for approval",
+                              hint="a run waits when it stopped AWAITING_APPROVAL (--approve defer)")
+        decision = Decision.deny(deny) if deny is not None else Decision.approve(_args(args))
+        call = decide(store, calls[0], decision)
+        shown = json.dumps(call.edited if call.edited is not None else call.args, ensure_ascii=False)
+        console.print(f"{call.status}: {call.tool}({shown}); continue the run with: reflexa resume "
+                      f"{record.run_id[:12]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _args(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--args: not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--args: must be a JSON object")
+    return value
