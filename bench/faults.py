@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from _common import append_row, chosen_strategies, correct, load_shop, output, r
 from reflexa import (
     Budget,
     ExperienceLibrary,
+    MCPServer,
     Result,
     Session,
     SQLiteStore,
@@ -51,6 +53,7 @@ from reflexa.loops import react_prompts as prompts
 from reflexa.reflect.reflector import Reflection
 from reflexa.runtime import Run
 from reflexa.tools import ToolSession
+from reflexa.tools.registry import TOOL_TIMEOUT
 from reflexa.types import ErrorCode, Role, StopReason
 
 QUESTIONS = [
@@ -71,7 +74,7 @@ QUESTIONS = [
     ),
 ]
 FAULTS = ["none", "flaky", "slow", "verbose"]
-STRATEGIES = ("none", "every-step", "reflexa", "reflexa-pass2")
+STRATEGIES = ("none", "every-step", "reflexa", "reflexa-pass2", "reflexa-mcp")
 
 
 @dataclass
@@ -188,6 +191,8 @@ def baseline(goal: str, registry: ToolRegistry, model: Any, *, reflect: bool, st
 def run_task(name: str, task: Task, db: Path, model: Any, store: SQLiteStore, library: ExperienceLibrary,
              steps: int, reflector: Any = None) -> dict[str, Any]:
     """One strategy on one task: the row the report is built from."""
+    if name == "reflexa-mcp":
+        return run_over_mcp(task, db, model, store, steps, reflector)
     registry = ToolRegistry(faulty_tools(db, task.fault))
     if name.startswith("reflexa"):
         session = Session(model=model, store=store, experience=library, reflector_model=reflector)
@@ -196,6 +201,10 @@ def run_task(name: str, task: Task, db: Path, model: Any, store: SQLiteStore, li
     else:
         result, recoveries = baseline(task.question, registry, model, reflect=name == "every-step", steps=steps,
                                       validate=validator(task.answer))
+    return row(name, task, result, recoveries)
+
+
+def row(name: str, task: Task, result: Result, recoveries: list[int]) -> dict[str, Any]:
     usage = result.total_usage
     return {
         "strategy": name,
@@ -211,6 +220,18 @@ def run_task(name: str, task: Task, db: Path, model: Any, store: SQLiteStore, li
         "recoveries": recoveries,
         "counters": result.counters,
     }
+
+
+def run_over_mcp(task: Task, db: Path, model: Any, store: SQLiteStore, steps: int, reflector: Any) -> dict[str, Any]:
+    """reflexa's pass 1 with the same faulty tools served by an MCP server process (faults_server.py), with an
+    experience library of its own: the row to set beside `reflexa`'s."""
+    timeout = 1.0 if task.fault == "slow" else TOOL_TIMEOUT
+    server = [sys.executable, str(Path(__file__).with_name("faults_server.py")), "--db", str(db), "--fault", task.fault]
+    library = ExperienceLibrary(SQLiteStore(store.path.with_name(store.path.stem + "-mcp.db")))
+    with MCPServer(server, timeout=timeout) as mcp:
+        session = Session(model=model, store=store, experience=library, reflector_model=reflector)
+        result = react(task.question, mcp.tools(), session=session, max_steps=steps, validator=validator(task.answer))
+    return row("reflexa-mcp", task, result, result.counters["recovery_steps"])
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
