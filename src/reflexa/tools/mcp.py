@@ -46,6 +46,7 @@ DESCRIPTION_CHARS = 200
 server's text in the prompt, so it is kept short enough not to carry a second set of instructions."""
 MAX_OUTPUT_CHARS = 200_000
 """Characters of one call's output kept at all (the model is shown far fewer, and pages through them)."""
+SDK_PREFIX = re.compile(r"^Error executing tool \S+: ")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 STDERR_TAIL = 600
 """Characters of a stdio server's own error output quoted when it fails to start."""
@@ -225,7 +226,8 @@ class MCPServer:
             raise ToolError(ErrorCode.TOOL_ERROR, f"MCP server {self.name}: {_describe(exc)}", fatal=True) from None
         text = _text(result)
         if result.is_error:
-            raise ToolError(ErrorCode.TOOL_ERROR, text or f"{name} failed")
+            # The Python SDK's servers put "Error executing tool NAME: " before the tool's own message.
+            raise ToolError(ErrorCode.TOOL_ERROR, SDK_PREFIX.sub("", text, count=1) or f"{name} failed")
         return text
 
 
@@ -267,6 +269,9 @@ class _Args(BaseModel):
 def _args_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
     clean = {k: v for k, v in schema.items() if k not in ("title", "$schema")}
     clean.setdefault("type", "object")
+    # Only the declared arguments, as for a Python @tool: the model's grammar then cannot wander into
+    # arguments the server never named, and an unknown one is a SCHEMA signal with a close-match repair.
+    clean.setdefault("additionalProperties", False)
     required = set(schema.get("required", []))
     fields: dict[str, Any] = {key: (Any, ... if key in required else None)
                               for key in schema.get("properties", {}) if key.isidentifier()}
