@@ -187,3 +187,29 @@ def test_trials_wait_and_resume_their_trial(tmp_path):
                     resume=first.run_id)
     assert done.stop_reason is StopReason.ANSWERED_UNVERIFIED
     assert (tmp_path / "effects.log").read_text() == "2" and effects == []
+
+
+def test_a_batch_task_that_waits_is_not_done_and_a_rerun_after_approval_resumes_it(tmp_path):
+    from reflexa.batch import run_batch
+
+    (tmp_path / "pay_tools.py").write_text(
+        "from reflexa import tool\n\n@tool(side_effect=True)\ndef pay(order_id: int) -> str:\n"
+        f"    '''Pay an order.'''\n    open({str(tmp_path / 'effects.log')!r}, 'a').write(str(order_id))\n"
+        "    return 'paid'\n")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(
+        {"id": "pay", "loop": "react", "task": "Pay order 3", "tools": ["pay_tools.py"], "approve": "defer"}) + "\n")
+    script, trace = tmp_path / "s.json", str(tmp_path / "t.db")
+    script.write_text(json.dumps([act("pay", order_id=3)]))
+    first = run_batch(tmp_path / "tasks.jsonl", "react", store=trace, model=f"scripted:{script}")
+    assert (first.done, first.remaining) == (0, 1) and "reflexa approve" in first.errors[0]
+    from reflexa.cli.batch import batch_exit_code
+
+    assert batch_exit_code(first) == 5
+    store = SQLiteStore(trace)
+    run_id = next(r.run_id for r in store.runs(5) if r.meta.get("batch_task") == "pay")
+    approved = runner.invoke(app, ["approve", run_id[:8], "--trace", trace])
+    assert approved.exit_code == 0 and "run the batch again" in approved.output
+    script.write_text(json.dumps([act("final_answer", answer="paid")]))  # the same batch: the same model spec
+    second = run_batch(tmp_path / "tasks.jsonl", "react", store=trace, model=f"scripted:{script}")
+    assert (second.batch_id, second.done, second.remaining) == (first.batch_id, 1, 0)
+    assert (tmp_path / "effects.log").read_text() == "3"

@@ -483,3 +483,14 @@ def test_a_learning_repair_policy_is_a_strategy_and_keeps_its_record_in_the_eval
     assert [s.payload().repair for s in store.steps(run_id) if s.kind == "repair"] == ["revise"]
     assert store.get("repairs", "scripted|refine|no_match/first|revise")["conversions"] == 1
     store.close()
+
+
+def test_the_tutorial_baselines_refuse_a_task_that_asks_for_approval(tmp_path):
+    from reflexa import TaskSpec
+    from reflexa.eval.naive import _tutorial
+
+    tools = tmp_path / "t.py"
+    tools.write_text("from reflexa import tool\n\n@tool\ndef f(x: int) -> int:\n    '''Id.'''\n    return x\n")
+    spec = TaskSpec.parse({"loop": "react", "task": "x", "tools": [str(tools)], "approve": "defer"})
+    with pytest.raises(ConfigError, match="take no approval"):
+        _tutorial(None, spec, [])

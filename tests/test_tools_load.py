@@ -109,3 +109,9 @@ def test_cli_react_with_tools_from_a_file(folder, monkeypatch):
     assert "double" in result.output and "8" in result.output
     missing = runner.invoke(app, ["react", "Double 4", "--tools", "nope.py", "--model", f"scripted:{script}"])
     assert missing.exit_code == 2 and "tools file not found" in missing.output
+
+
+def test_a_tools_file_that_exits_at_import_is_an_error_not_an_exit(folder):
+    (folder / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(ConfigError, match="exits.py failed to load: SystemExit: 3"):
+        load_tools(["exits.py"], folder)

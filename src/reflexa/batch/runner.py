@@ -70,6 +70,8 @@ class Progress:
 
     failed_unfinished: int = 0
     """Failed tasks that have no result (a re-run runs them again)."""
+    waiting: int = 0
+    """Tasks stopped AWAITING_APPROVAL: unfinished, resumed by a re-run after `reflexa approve`."""
 
 
 class BatchInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, named like RunInterrupted
@@ -337,6 +339,10 @@ def _collect(future: Future[dict[str, Any]], task: BatchTask, config: BatchConfi
         state.failed += 1
         state.failed_unfinished += 1
         state.errors.append(f"{task.key}: {report.get('error')}")
+    elif report["state"] == "waiting":  # unfinished, no result yet: a re-run after `reflexa approve` resumes it
+        state.waiting += 1
+        state.errors.append(f"{task.key}: a call waits for approval: reflexa approve {str(report['run_id'])[:12]}, "
+                            "then run the batch again")
 
 
 def _count(state: Progress, task: BatchTask, row: dict[str, Any]) -> None:

@@ -113,7 +113,8 @@ def failed(task: BatchTask, error: str) -> dict[str, Any]:
 
 def run_task(config: BatchConfig, task: BatchTask) -> dict[str, Any]:
     """Run (or resume, or skip) one task; its record in the store says which. Returns {"state": "done",
-    "row": ...}, {"state": "interrupted"} (Ctrl-C: the run resumes on a re-run) or a `failed` report.
+    "row": ...}, {"state": "interrupted"} (Ctrl-C: the run resumes on a re-run), {"state": "waiting"} (a call
+    waits for `reflexa approve`; a re-run resumes it) or a `failed` report.
     A setup fault before the run opened (no such model backend, no store) raises ReflexaError."""
     store = worker_store(config.store)
     ns = namespace(config.batch_id)
@@ -147,6 +148,8 @@ def run_task(config: BatchConfig, task: BatchTask) -> dict[str, Any]:
             raise
         message = exc.explained() if isinstance(exc, ReflexaError) else f"internal error: {type(exc).__name__}: {exc}"
         return _done(store, ns, task, _crash_row(config, task, opened[0], message, time.time() - started))
+    if result["stop_reason"] == "AWAITING_APPROVAL":  # not done: a re-run of the batch resumes it
+        return {"state": "waiting", "key": task.key, "run_id": result["run_id"]}
     return _done(store, ns, task, make_row(config, task, result, seconds=round(time.time() - started, 3)))
 
 

@@ -77,15 +77,17 @@ def approve(
             raise ConfigError("--deny and --args exclude each other")
         store = open_store(trace)
         record = find_run(store, run_id)
-        calls = waiting(store, record.run_id)
+        calls = waiting(store, record.run_id) if record.status == "awaiting" else []
         if not calls:
-            raise ConfigError(f"run {record.run_id[:12]} has no call waiting for approval",
+            raise ConfigError(f"run {record.run_id[:12]} has no call waiting for approval ({record.status})",
                               hint="a run waits when it stopped AWAITING_APPROVAL (--approve defer)")
         decision = Decision.deny(deny) if deny is not None else Decision.approve(_args(args))
         call = decide(store, calls[0], decision)
         shown = json.dumps(call.edited if call.edited is not None else call.args, ensure_ascii=False)
-        console.print(f"{call.status}: {call.tool}({shown}); continue the run with: reflexa resume "
-                      f"{record.run_id[:12]}", markup=False, highlight=False, soft_wrap=True)
+        go_on = ("run the batch again" if "batch" in record.meta
+                 else f"reflexa resume {str(record.meta.get('parent', record.run_id))[:12]}")
+        console.print(f"{call.status}: {call.tool}({shown}); continue with: {go_on}", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def _args(text: str | None) -> dict[str, Any] | None:

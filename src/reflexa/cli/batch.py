@@ -99,10 +99,13 @@ def batch(
 
 
 def batch_exit_code(state: BatchProgress) -> int:
-    """1 when a task ended in ERROR or has no result (its worker died); else 3 when a task stopped without
-    passing; else 4 when some answer was unverified; else 0: every task PASSED."""
-    if state.remaining or state.failed:
+    """1 when a task ended in ERROR or has no result (its worker died); else 5 when a task waits for approval;
+    else 3 when a task stopped without passing; else 4 when some answer was unverified; else 0: every task
+    PASSED."""
+    if state.remaining > state.waiting or state.failed:
         return EXIT_CODES["ERROR"]
+    if state.waiting:
+        return EXIT_CODES["AWAITING_APPROVAL"]
     codes = {exit_code(reason) for reason in state.by_reason}
     return next((code for code in (NOT_PASSED, EXIT_CODES["ANSWERED_UNVERIFIED"]) if code in codes), 0)
 

@@ -143,8 +143,12 @@ def _cookbook(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None,
 
 def _tutorial(run: Run, spec: TaskSpec, visible: list[Any], reflect: bool = False) -> tuple[str | None, bool, int]:
     """The tutorial agent loop (faults.py's baseline): the whole history in each prompt."""
+    from ..errors import ConfigError
     from ..tasks.run import tools
 
+    if spec.approve != "off":  # this baseline calls tools with no approver: it must not act unasked
+        raise ConfigError(f"task {spec.id or spec.task[:40]!r}: the tutorial baselines take no approval",
+                          hint="run them on tasks with approve off, or leave them out of --strategies")
     with tools(spec) as registry:
         return _tutorial_steps(run, spec, registry, reflect)
 

@@ -49,7 +49,7 @@ def _from_file(path: Path) -> list[Tool]:
     sys.modules[name] = module  # pydantic resolves a tool's annotations through the module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's file: any failure is theirs to read
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file (argparse at import exits)
         del sys.modules[name]
         raise ConfigError(f"{path} failed to load: {type(exc).__name__}: {exc}") from None
     tools = [value for value in vars(module).values() if isinstance(value, Tool)]
@@ -66,7 +66,7 @@ def _from_module(ref: str, base: Path) -> list[Tool]:
         sys.path.insert(0, str(base))  # a module beside the task, as `python -m` would find it
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - the user's module
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module
         raise ConfigError(f"tools: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
     value = getattr(module, attribute, None)
     if value is None:

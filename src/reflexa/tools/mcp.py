@@ -181,6 +181,13 @@ class MCPServer:
 
     def _tool(self, listed: Any) -> Tool | None:
         """A registry Tool for one listed MCP tool; None (and a note in `skipped`) when it is not usable."""
+        try:
+            return self._usable(listed)
+        except Exception as exc:  # noqa: BLE001 - a listing no rule foresaw: that tool is left out, not the run
+            self.skipped.append(f"{cap(str(getattr(listed, 'name', '?')), 60)}: unusable ({_describe(exc)})")
+            return None
+
+    def _usable(self, listed: Any) -> Tool | None:
         name, schema = str(listed.name), listed.input_schema or {"type": "object"}
         text = json.dumps(schema, default=str)
         why = ("not a usable tool name" if not NAME.match(name) else "a name reflexa reserves" if name in RESERVED
@@ -195,7 +202,7 @@ class MCPServer:
             return None
         hints = listed.annotations
         read_only = bool(hints is not None and hints.read_only_hint)
-        description = valid_text((listed.description or "").strip().splitlines()[0] if listed.description else "")
+        description = valid_text(next(iter((listed.description or "").strip().splitlines()), ""))
         return Tool(name, cap(description, DESCRIPTION_CHARS), self._caller(name), _args_model(name, schema),
                     timeout=self.timeout + 1, side_effect=not read_only, takes_model=True, untrusted=True)
 
@@ -207,6 +214,7 @@ class MCPServer:
 
     def _call(self, name: str, args: dict[str, Any]) -> str:
         from mcp.shared.exceptions import MCPError
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         loop, client = self._loop, self._client
         if loop is None or client is None:
@@ -219,9 +227,12 @@ class MCPServer:
             future.cancel()
             raise Abandoned(f"no answer within {self.timeout:g}s") from None
         except MCPError as exc:
-            if "timed out" in str(exc):
+            if exc.code == REQUEST_TIMEOUT:
                 raise Abandoned(f"no answer within {self.timeout:g}s") from None
-            raise ToolError(_code(exc), valid_text(str(exc))) from None
+            if exc.code == CONNECTION_CLOSED:  # the server is gone: no later call can work
+                raise ToolError(ErrorCode.TOOL_ERROR, f"MCP server {self.name} closed the connection",
+                                fatal=True) from None
+            raise ToolError(_code(exc), valid_text(exc.error.message)) from None
         except Exception as exc:  # noqa: BLE001 - a closed connection, a malformed reply
             raise ToolError(ErrorCode.TOOL_ERROR, f"MCP server {self.name}: {_describe(exc)}", fatal=True) from None
         text = _text(result)
@@ -273,11 +284,17 @@ def _args_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
     # arguments the server never named, and an unknown one is a SCHEMA signal with a close-match repair.
     clean.setdefault("additionalProperties", False)
     required = set(schema.get("required", []))
+    # Names pydantic cannot take as fields (model_dump, schema_, _private) are still checked by the schema.
     fields: dict[str, Any] = {key: (Any, ... if key in required else None)
-                              for key in schema.get("properties", {}) if key.isidentifier()}
+                              for key in schema.get("properties", {}) if _field_name(key)}
     model = create_model(f"{name}_args", __base__=_Args, **fields)
     model.schema_ = clean
     return model
+
+
+def _field_name(key: str) -> bool:
+    """Whether pydantic can take an argument's name as a field (not `model_dump`, `schema_` or `_private`)."""
+    return key.isidentifier() and not key.startswith(("_", "model_")) and not hasattr(_Args, key)
 
 
 def _schema_problem(schema: dict[str, Any]) -> str | None:
@@ -306,8 +323,8 @@ def _text(result: Any) -> str:
 
 
 def _code(exc: Any) -> ErrorCode:
-    code = getattr(getattr(exc, "error", None), "code", None) or getattr(exc, "code", None)
-    return {-32602: ErrorCode.INVALID_ARGUMENT, -32601: ErrorCode.NOT_FOUND}.get(int(code or 0), ErrorCode.TOOL_ERROR)
+    """A JSON-RPC error's code as reflexa's: invalid params, an unknown method, else a tool error."""
+    return {-32602: ErrorCode.INVALID_ARGUMENT, -32601: ErrorCode.NOT_FOUND}.get(exc.code, ErrorCode.TOOL_ERROR)
 
 
 def _describe(exc: BaseException) -> str:
