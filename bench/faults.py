@@ -224,11 +224,12 @@ def row(name: str, task: Task, result: Result, recoveries: list[int]) -> dict[st
 
 def run_over_mcp(task: Task, db: Path, model: Any, store: SQLiteStore, steps: int, reflector: Any) -> dict[str, Any]:
     """reflexa's pass 1 with the same faulty tools served by an MCP server process (faults_server.py), with an
-    experience library of its own: the row to set beside `reflexa`'s."""
+    experience library of its own: the row to set beside `reflexa`'s. The server is trusted, so the prompt is
+    the in-process one, word for word; what differs is only what crosses the protocol."""
     timeout = 1.0 if task.fault == "slow" else TOOL_TIMEOUT
     server = [sys.executable, str(Path(__file__).with_name("faults_server.py")), "--db", str(db), "--fault", task.fault]
     library = ExperienceLibrary(SQLiteStore(store.path.with_name(store.path.stem + "-mcp.db")))
-    with MCPServer(server, timeout=timeout) as mcp:
+    with MCPServer(server, timeout=timeout, trusted=True) as mcp:
         session = Session(model=model, store=store, experience=library, reflector_model=reflector)
         result = react(task.question, mcp.tools(), session=session, max_steps=steps, validator=validator(task.answer))
     return row("reflexa-mcp", task, result, result.counters["recovery_steps"])
@@ -255,6 +256,8 @@ def main() -> None:
     parser.add_argument("--reflector-model", default=None, help="a model of its own for reflexa's reflector")
     parser.add_argument("--steps", type=int, default=5)
     suite_args(parser, "faults", STRATEGIES, "tasks")
+    parser.add_argument("--questions", type=int, default=0,
+                        help="only the first N of the 8 questions, under every fault (0: all)")
     args = parser.parse_args()
     names = chosen_strategies(args.strategies, STRATEGIES)
     model = resolve_model(args.model)
@@ -263,7 +266,8 @@ def main() -> None:
     done = read_rows(out.rows)
     with tempfile.TemporaryDirectory() as tmp:
         db = load_shop(Path(tmp) / "shop.sqlite")
-        suite = tasks(db)[: args.limit or None]
+        asked = [q for q, _ in QUESTIONS[: args.questions or None]]
+        suite = [t for t in tasks(db) if t.question in asked][: args.limit or None]
         store = SQLiteStore(out.traces)  # the experience library, kept across a resume
         library = ExperienceLibrary(store)
         report: dict[str, Any] = {"model": model.name, "tasks": len(suite), "steps": args.steps, "strategies": {},

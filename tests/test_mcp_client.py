@@ -59,6 +59,11 @@ def test_a_stdio_servers_tools_join_the_registry_with_their_schemas(stdio_server
         tools.values()).describe()
 
 
+def test_a_trusted_server_s_descriptions_reach_the_prompt_as_written():
+    with MCPServer(command(), trusted=True) as server:
+        assert "- order_status(order_id: integer): The status of an order." in ToolRegistry(server.tools()).describe()
+
+
 def test_calls_map_to_observations_and_error_codes(stdio_server, effects):
     session = ToolSession(ToolRegistry(stdio_server.tools()), MemoryStore(), "run1")
     assert session.call("product_price", {"name": "tent"}).output == "210"

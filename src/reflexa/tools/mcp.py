@@ -58,12 +58,13 @@ class MCPServer:
     `target` is a URL (`http://127.0.0.1:8000/mcp`, streamable HTTP) or a command that starts a stdio server
     (a string, split as a shell would, or a list). Use it as a context manager, or call `close()`; the server
     connects on first use. `timeout` bounds each call (an unanswered call is a TIMEOUT signal), and
-    `connect_timeout` the start, handshake and listing (a ConfigError past it)."""
+    `connect_timeout` the start, handshake and listing (a ConfigError past it). A `trusted` server's tool
+    descriptions reach the prompt as written, like a Python tool's; by default they are fenced as data."""
 
     def __init__(self, target: str | Sequence[str], *, timeout: float = TOOL_TIMEOUT,
                  connect_timeout: float = CONNECT_TIMEOUT, env: dict[str, str] | None = None,
-                 cwd: str | Path | None = None) -> None:
-        self.target = target
+                 cwd: str | Path | None = None, trusted: bool = False) -> None:
+        self.target, self.trusted = target, trusted
         self.timeout, self.connect_timeout = timeout, connect_timeout
         self.env, self.cwd = env, cwd
         self.skipped: list[str] = []
@@ -204,7 +205,7 @@ class MCPServer:
         read_only = bool(hints is not None and hints.read_only_hint)
         description = valid_text(next(iter((listed.description or "").strip().splitlines()), ""))
         return Tool(name, cap(description, DESCRIPTION_CHARS), self._caller(name), _args_model(name, schema),
-                    timeout=self.timeout + 1, side_effect=not read_only, takes_model=True, untrusted=True)
+                    timeout=self.timeout + 1, side_effect=not read_only, takes_model=True, untrusted=not self.trusted)
 
     def _caller(self, name: str) -> Any:
         def call(args: BaseModel) -> str:
