@@ -34,10 +34,11 @@ def test_faults_script(tmp_path):
     )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["reflector_model"] == "scripted"
-    assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2"}
+    assert set(report["strategies"]) == {"none", "every-step", "reflexa", "reflexa-pass2", "reflexa-mcp"}
     assert report["strategies"]["reflexa"]["rows"][0]["success"]  # "400" answers "How many orders?"
+    assert report["strategies"]["reflexa-mcp"]["rows"][0]["success"]  # the same, through an MCP server
     assert "experience hit rate" in out and (tmp_path / "traces.db").is_file()
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 8  # 2 tasks x 4 strategies
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 10  # 2 tasks x 5 strategies
 
 
 def test_react_memory_script(tmp_path):
