@@ -15,12 +15,12 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as SDKToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 sys.path.insert(0, str(Path(__file__).parent))
 from faults import FAULTS, faulty_tools  # noqa: E402 - beside this file
 
-from reflexa import sql_tools  # noqa: E402
+from reflexa import ToolError, sql_tools  # noqa: E402
 
 
 def serve(db: Path, fault: str) -> MCPServer:
@@ -29,9 +29,13 @@ def serve(db: Path, fault: str) -> MCPServer:
     for tool in faulty_tools(db, fault):
 
         @functools.wraps(plain[tool.name])
-        def call(*args: Any, _fn: Any = tool.function, **kwargs: Any) -> str:
+        def call(*args: Any, _fn: Any = tool.function, **kwargs: Any) -> CallToolResult:
             try:
-                return str(_fn(*args, **kwargs))
+                return CallToolResult(content=[TextContent(type="text", text=str(_fn(*args, **kwargs)))])
+            except ToolError as exc:  # reflexa's code and repair, as structured content a reflexa client reads
+                return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True,
+                                      structured_content={"code": str(exc.code), "suggestion": exc.suggestion,
+                                                          "fatal": exc.fatal})
             except Exception as exc:  # noqa: BLE001 - the SDK passes a ToolError's message on; others it hides
                 raise SDKToolError(str(exc)) from None
 

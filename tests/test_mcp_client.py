@@ -51,7 +51,7 @@ def stdio_server(effects_log):
 
 def test_a_stdio_servers_tools_join_the_registry_with_their_schemas(stdio_server):
     tools = {t.name: t for t in stdio_server.tools()}
-    assert set(tools) == {"product_price", "order_status", "cancel_order", "warehouse", "slow_report"}
+    assert set(tools) == {"product_price", "stock", "order_status", "cancel_order", "warehouse", "slow_report"}
     assert tools["product_price"].args_model.model_json_schema()["properties"]["name"]["type"] == "string"
     # Annotated read-only: no idempotency key. Everything else may change the world (MCP's own default).
     assert not tools["product_price"].side_effect and tools["cancel_order"].side_effect
@@ -75,6 +75,10 @@ def test_calls_map_to_observations_and_error_codes(stdio_server, effects):
     hung = session.call("slow_report", {})
     assert hung.code is ErrorCode.TIMEOUT and time.monotonic() - started < 5
     assert session.call("order_status", {"order_id": 1}).output == "open"  # the server still answers
+    # A server may give reflexa's code and close match as the error's structured content: a rule repair.
+    missing = session.call("stock", {"name": "tents"})
+    assert (missing.code, missing.suggestion, missing.message) == (ErrorCode.NOT_FOUND, {"name": "tent"},
+                                                                   "no product named tents")
 
 
 def test_a_write_tool_runs_once_per_key_even_when_the_call_repeats(stdio_server, effects):

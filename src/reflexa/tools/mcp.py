@@ -236,11 +236,9 @@ class MCPServer:
             raise ToolError(_code(exc), valid_text(exc.error.message)) from None
         except Exception as exc:  # noqa: BLE001 - a closed connection, a malformed reply
             raise ToolError(ErrorCode.TOOL_ERROR, f"MCP server {self.name}: {_describe(exc)}", fatal=True) from None
-        text = _text(result)
         if result.is_error:
-            # The Python SDK's servers put "Error executing tool NAME: " before the tool's own message.
-            raise ToolError(ErrorCode.TOOL_ERROR, SDK_PREFIX.sub("", text, count=1) or f"{name} failed")
-        return text
+            raise _error(result, name)
+        return _text(result)
 
 
 async def _list_tools(client: Any) -> list[Any]:
@@ -310,7 +308,19 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
     return None
 
 
-def _text(result: Any) -> str:
+def _error(result: Any, name: str) -> ToolError:
+    """An error result as a ToolError: its text, and reflexa's code, close-match suggestion and fatal flag when
+    the server gives them as the result's structured content (`{"code": "NOT_FOUND", "suggestion": {...},
+    "fatal": false}`), as a reflexa-aware server may; else a TOOL_ERROR."""
+    # The Python SDK's servers put "Error executing tool NAME: " before the tool's own message.
+    message = SDK_PREFIX.sub("", _text(result, structured=False), count=1) or f"{name} failed"
+    said = result.structured_content if isinstance(result.structured_content, dict) else {}
+    code = str(said["code"]) if said.get("code") in ErrorCode.__members__ else "TOOL_ERROR"
+    suggestion = said.get("suggestion") if isinstance(said.get("suggestion"), dict) else None
+    return ToolError(ErrorCode(code), message, suggestion=suggestion, fatal=said.get("fatal") is True)
+
+
+def _text(result: Any, *, structured: bool = True) -> str:
     """A call result as text: its text parts, else its structured content as JSON; other parts named."""
     parts: list[str] = []
     for item in result.content or []:
@@ -318,7 +328,7 @@ def _text(result: Any) -> str:
             parts.append(item.text)
         else:
             parts.append(f"[{getattr(item, 'type', 'content')} {getattr(item, 'mime_type', '') or ''}]".strip())
-    if not parts and result.structured_content is not None:
+    if not parts and structured and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, default=str, ensure_ascii=False))
     return valid_text("\n".join(parts))[:MAX_OUTPUT_CHARS]
 
