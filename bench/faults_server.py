@@ -29,9 +29,9 @@ def serve(db: Path, fault: str) -> MCPServer:
     for tool in faulty_tools(db, fault):
 
         @functools.wraps(plain[tool.name])
-        def call(*args: Any, _fn: Any = tool.function, **kwargs: Any) -> CallToolResult:
+        def call(*args: Any, _fn: Any = tool.function, **kwargs: Any) -> str | CallToolResult:
             try:
-                return CallToolResult(content=[TextContent(type="text", text=str(_fn(*args, **kwargs)))])
+                return str(_fn(*args, **kwargs))  # the SQL tool's own signature (wraps) says it returns str
             except ToolError as exc:  # reflexa's code and repair, as structured content a reflexa client reads
                 return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True,
                                       structured_content={"code": str(exc.code), "suggestion": exc.suggestion,

@@ -272,3 +272,20 @@ def test_a_split_is_one_flag_and_an_unknown_one_a_clear_error(monkeypatch):
     assert _split(["-c", "2"], splits) == ["-c", "2"]
     with pytest.raises(SystemExit, match="tune or confirm, not 'all'"):
         _split(["--split", "all"], splits)
+
+
+def test_the_fault_suite_s_mcp_server_answers_and_fails_as_the_in_process_tools_do(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from faults import faulty_tools, load_shop  # faults.py imports it from _common
+
+    from reflexa import MCPServer, ToolRegistry
+    from reflexa.tools import ToolSession
+
+    db = load_shop(tmp_path / "shop.sqlite")
+    served = [sys.executable, str(ROOT / "bench" / "faults_server.py"), "--db", str(db), "--fault", "flaky"]
+    with MCPServer(served, trusted=True) as server:
+        remote, local = ToolSession(ToolRegistry(server.tools())), ToolSession(ToolRegistry(faulty_tools(db, "flaky")))
+        for sql in ("SELECT count(*) FROM orders",) * 3 + ("SELECT price FROM tent",):
+            seen = [(o.ok, o.code, o.message, o.output, o.suggestion)
+                    for o in (local.call("query", {"sql": sql}), remote.call("query", {"sql": sql}))]
+            assert seen[0] == seen[1]
