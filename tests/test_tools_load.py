@@ -115,3 +115,13 @@ def test_a_tools_file_that_exits_at_import_is_an_error_not_an_exit(folder):
     (folder / "exits.py").write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(ConfigError, match="exits.py failed to load: SystemExit: 3"):
         load_tools(["exits.py"], folder)
+
+
+def test_a_tools_file_is_executed_once_for_the_check_and_the_run(folder):
+    (folder / "counted.py").write_text(
+        "from pathlib import Path\nfrom reflexa import tool\n"
+        "with open(Path(__file__).with_name('imports.log'), 'a') as log:\n    log.write('x')\n\n"
+        "@tool\ndef one() -> str:\n    '''One.'''\n    return '1'\n")
+    spec = TaskSpec.parse({"loop": "react", "task": "One", "tools": ["counted.py"]}).resolved(folder)
+    spec.run(Session(model=ScriptedModel([act("one", "call it"), act("final_answer", "done", answer="1")])))
+    assert (folder / "imports.log").read_text() == "x"

@@ -40,8 +40,12 @@ def problem(ref: str, base: Path) -> str | None:
 def _from_file(path: Path) -> list[Tool]:
     if not path.is_file():
         raise ConfigError(f"tools file not found: {path}")
-    # A name of its own per file, so two files called tools.py do not replace each other in sys.modules.
-    name = f"reflexa_tools_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    # A name of its own per file and version, so two files called tools.py do not replace each other in
+    # sys.modules, and a file checked before its run (TaskSpec.problems) is not executed a second time.
+    version = f"{path.resolve()}:{path.stat().st_mtime_ns}"
+    name = f"reflexa_tools_{hashlib.sha256(version.encode()).hexdigest()[:12]}"
+    if (loaded := sys.modules.get(name)) is not None:
+        return _tools_in(loaded, path)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"cannot load tools from {path}")
@@ -52,6 +56,10 @@ def _from_file(path: Path) -> list[Tool]:
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file (argparse at import exits)
         del sys.modules[name]
         raise ConfigError(f"{path} failed to load: {type(exc).__name__}: {exc}") from None
+    return _tools_in(module, path)
+
+
+def _tools_in(module: Any, path: Path) -> list[Tool]:
     tools = [value for value in vars(module).values() if isinstance(value, Tool)]
     if not tools:
         raise ConfigError(f"{path} defines no @tool", hint="decorate each tool function with reflexa's @tool")
