@@ -49,15 +49,21 @@ def _ask(prompt: str) -> str:
 
 
 def _edited() -> dict[str, Any] | None:
-    text = _ask("arguments as a JSON object: ")
+    try:
+        return json_object(_ask("arguments as a JSON object: "))
+    except ValueError as exc:
+        errors.print(str(exc), highlight=False)
+        return None
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """Arguments typed by a person: a JSON object, or a ValueError saying why not."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        errors.print(f"not JSON: {exc.msg}", highlight=False)
-        return None
+        raise ValueError(f"not JSON: {exc.msg}") from None
     if not isinstance(value, dict):
-        errors.print("the arguments must be a JSON object", highlight=False)
-        return None
+        raise ValueError("the arguments must be a JSON object")
     return value
 
 
@@ -94,9 +100,6 @@ def _args(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--args: not JSON: {exc.msg}") from None
-    if not isinstance(value, dict):
-        raise ConfigError("--args: must be a JSON object")
-    return value
+        return json_object(text)
+    except ValueError as exc:
+        raise ConfigError(f"--args: {exc}") from None
