@@ -289,3 +289,19 @@ def test_the_fault_suite_s_mcp_server_answers_and_fails_as_the_in_process_tools_
             seen = [(o.ok, o.code, o.message, o.output, o.suggestion)
                     for o in (local.call("query", {"sql": sql}), remote.call("query", {"sql": sql}))]
             assert seen[0] == seen[1]
+
+
+def test_attempts_script_cuts_refine_s_stored_runs_after_two_attempts(tmp_path):
+    # A wrong first attempt, a wrong revision, then a right fresh sample: the third attempt converts.
+    wrong = "def has_close_elements(numbers, threshold):\n    return {}"
+    right = ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold\n"
+             "               for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([f"```python\n{code}\n```" for code in (wrong.format("False"),
+                                                                         wrong.format("True"), right)]))
+    out = tmp_path / "he"
+    run("bench/humaneval.py", "--model", f"scripted:{replies}", "--limit", "1", "--out", str(out), "-s", "refine")
+    lines = run("bench/experiments/attempts.py", "humaneval", "--out", str(out)).splitlines()
+    assert "  first attempt failed, run ended on attempt 3 (fresh), solved: 1" in lines
+    assert "  refine: 1 solved" in lines[-2] and "  cut after two attempts: 0 solved" in lines[-1]
+    assert "the third attempt solved 1" in lines[-1]

@@ -1,0 +1,88 @@
+"""Which of `refine`'s attempts converted a first-attempt failure, and what a third attempt costs: read from
+the runs a coding eval stored, so nothing is run again.
+
+    .venv/bin/python bench/experiments/attempts.py humaneval --skip 40
+    .venv/bin/python bench/experiments/attempts.py mbpp --skip 100 --limit 200
+
+For each task of the split whose first attempt failed its visible check, the attempt that ended `refine`'s
+run (a revision told how the last attempt failed, or a fresh attempt) and whether its answer passed the score.
+`refine` with two attempts is its run cut after the second attempt's verdict: attempts one and two do not
+depend on how many follow (the prompt names no count), so the cut is exact for solved and tokens. Reads
+bench/results/eval/BENCH/rows.jsonl and the traces.db beside it, which the bench writes when it runs (it is
+not committed: run the bench on a fresh checkout first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
+
+from _common import RESULTS, read_rows
+
+from reflexa.eval.stats import mcnemar
+
+
+def attempts(db: sqlite3.Connection, run_id: str) -> list[tuple[str, int]]:
+    """Each attempt of a stored refine run: its kind (first; revision; fresh, a sample or a new start after
+    a FAIL) and the run's tokens so far, counted to the end of that attempt's verdict."""
+    spent, tried = 0, []
+    for kind, output, tokens in db.execute("SELECT kind, output, input_tokens + output_tokens FROM steps "
+                                           "WHERE run_id = ? ORDER BY step_id", (run_id,)):
+        spent += tokens
+        if kind == "attempt":
+            attempt = json.loads(output)
+            tried.append(["first" if attempt["iteration"] == 1 else "revision" if attempt["revising"] else "fresh",
+                          spent])
+        elif kind == "verdict" and tried:
+            tried[-1][1] = spent
+    return [(kind, spent) for kind, spent in tried]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bench", choices=["humaneval", "mbpp"])
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--strategy", default="refine")
+    parser.add_argument("--out", type=Path, help="the eval's folder (default: bench/results/eval/BENCH)")
+    args = parser.parse_args()
+    folder = args.out or RESULTS / "eval" / args.bench
+    tasks = [json.loads(line)["id"] for line in (folder / "dataset.jsonl").open()]
+    split = tasks[args.skip:args.skip + args.limit] if args.limit else tasks[args.skip:]
+    rows = {(r["task"], r["strategy"]): r for r in read_rows(folder / "rows.jsonl")}
+    split = [task for task in split if (task, args.strategy) in rows]  # the tasks the eval has run so far
+    db = sqlite3.connect(f"file:{folder / 'traces.db'}?mode=ro", uri=True)
+    ended_by: Counter[tuple[int, str, str]] = Counter()
+    two = {"solved": 0, "tokens": 0, "lost": 0}
+    full = {"solved": 0, "tokens": 0}
+    for task in split:
+        row = rows[(task, args.strategy)]
+        full["solved"] += row["passed"]
+        full["tokens"] += row["tokens"]
+        tried = attempts(db, row["run_ids"][0])
+        if len(tried) < 2:  # the first attempt passed its check (or the run stopped before a second)
+            two["solved"] += row["passed"]
+            two["tokens"] += row["tokens"]
+            continue
+        ended_by[(len(tried), tried[-1][0], "solved" if row["passed"] else "not solved")] += 1
+        cut_solved = row["passed"] and len(tried) == 2
+        two["solved"] += cut_solved
+        two["lost"] += row["passed"] and not cut_solved
+        two["tokens"] += tried[1][1] if len(tried) > 2 else row["tokens"]
+    print(f"{args.bench} tasks {args.skip + 1}-{args.skip + len(split)} ({len(split)}), {args.strategy}:")
+    for (attempt, kind, result), count in sorted(ended_by.items()):
+        print(f"  first attempt failed, run ended on attempt {attempt} ({kind}), {result}: {count}")
+    print(f"  {args.strategy}: {full['solved']} solved, {full['tokens'] / len(split):.1f} tokens/task")
+    print(f"  cut after two attempts: {two['solved']} solved, {two['tokens'] / len(split):.1f} tokens/task "
+          f"({two['tokens'] / full['tokens']:.2f}x); the third attempt solved {two['lost']}, exact McNemar "
+          f"p = {mcnemar(0, two['lost']):.3g}")
+
+
+if __name__ == "__main__":
+    main()
