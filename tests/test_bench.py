@@ -305,3 +305,25 @@ def test_attempts_script_cuts_refine_s_stored_runs_after_two_attempts(tmp_path):
     assert "  first attempt failed, run ended on attempt 3 (fresh), solved: 1" in lines
     assert "  refine: 1 solved" in lines[-2] and "  cut after two attempts: 0 solved" in lines[-1]
     assert "the third attempt solved 1" in lines[-1]
+
+
+def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_path):
+    from reflexa import Budget, ScriptedModel, Session, SQLiteStore, StopReason
+    from reflexa.loops import react
+    from reflexa.tools import ToolError, tool
+    from reflexa.types import ErrorCode
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        raise ToolError(ErrorCode.TOOL_ERROR, "backend refused the key")
+
+    call = '{"thought": "look it up", "confidence": 0.9, "action": {"tool": "lookup", "args": {"key": "a"}}}'
+    db = tmp_path / "traces.db"
+    result = react("find it", [lookup], budget=Budget(max_reflections=0), validator=lambda answer: True,
+                   session=Session(model=ScriptedModel([call] * 8), store=SQLiteStore(db)))
+    assert result.stop_reason is StopReason.NO_PROGRESS
+    lines = run("bench/experiments/repeated_failures.py", str(db)).splitlines()
+    assert lines[0] == "1 runs; 1 with one action failing the same way 3 or more times in a row"
+    assert "stopped NO_PROGRESS" in lines[1]
+    assert run("bench/experiments/repeated_failures.py", str(db), "--times", "4").startswith("1 runs; 0 with")

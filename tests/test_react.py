@@ -215,6 +215,32 @@ def test_same_error_after_reflection_stops_with_no_progress():
     assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 3
 
 
+def test_the_same_call_failing_the_same_way_three_times_stops_when_no_reflection_is_left():
+    lookup, state = flaky_tool(10)
+    model = ScriptedModel([act("lookup", key="a") for _ in range(8)])
+    result = react("find it", [lookup], budget=Budget(max_reflections=0), validator=accept,
+                   session=Session(model=model))
+    assert result.stop_reason is StopReason.NO_PROGRESS and state["calls"] == 3
+    assert "3 times in a row" in result.error
+
+
+def test_a_discarded_lesson_does_not_let_the_same_failing_call_spin():
+    lookup, state = flaky_tool(10)
+    model = ScriptedModel(generator=[act("lookup", key="a") for _ in range(8)],
+                          reflector=['{"insufficient_evidence": true}'] * 8)
+    result = react("find it", [lookup], validator=accept, session=Session(model=model))
+    assert result.stop_reason is StopReason.NO_PROGRESS and state["calls"] == 3
+
+
+def test_a_failing_call_retried_with_other_arguments_is_progress():
+    lookup, state = flaky_tool(3)
+    model = ScriptedModel([act("lookup", key="a"), act("lookup", key="a"), act("lookup", key="b"),
+                           act("lookup", key="a"), final("value of a")])
+    result = react("find it", [lookup], budget=Budget(max_reflections=0), validator=accept,
+                   session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED and state["calls"] == 4
+
+
 def test_correction_equal_to_the_failing_action_stops():
     lookup, _ = flaky_tool(10)
     model = ScriptedModel([act("lookup", key="a"), lesson("backend refused key a", 'lookup({"key": "a"})')])
@@ -764,3 +790,27 @@ def test_a_resumed_trials_run_still_counts_what_its_earlier_trials_spent():
     result = run(resume=stopped.value.run_id)
     assert first >= 3 and handed[2].max_calls == 10 - first  # the resumed trial gets only what is left
     assert set(result.usage) == {"generator", "reflector"} and result.total_usage.calls <= 10
+
+
+def test_a_resumed_run_keeps_counting_the_same_failing_call(tmp_path):
+    from reflexa import SQLiteStore
+
+    lookup, state = flaky_tool(10)
+    path = tmp_path / "trace.db"
+    checkpoints = []
+
+    def killer(event, data):
+        if event == "step" and data.kind == "checkpoint":
+            checkpoints.append(data)
+            if len(checkpoints) == 2:
+                raise Crash()
+
+    def run(model, observer=None, resume=None):
+        return react("find it", [lookup], budget=Budget(max_reflections=0), validator=accept, resume=resume,
+                     session=Session(model=model, store=SQLiteStore(path), observer=observer))
+
+    with pytest.raises(Crash):
+        run(ScriptedModel([act("lookup", key="a") for _ in range(8)]), killer)
+    assert state["calls"] == 2
+    result = run(ScriptedModel([act("lookup", key="a") for _ in range(8)]), resume=SQLiteStore(path).runs()[0].run_id)
+    assert result.stop_reason is StopReason.NO_PROGRESS and state["calls"] == 3

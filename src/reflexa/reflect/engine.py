@@ -7,6 +7,7 @@
                                        ─> experience hit? ─> reuse its lesson (no model call)
                                        ─> quota left? ─> reflector ─> lesson, unless discarded
                                                                     ─> repeats the failing action? ─> stop NO_PROGRESS
+                            (the same action failing the same way 3 times in a row ─> stop NO_PROGRESS)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..types import ErrorCode, Lesson, Payload, Signal, StopReason, payload
 from .classify import Decision, Facts, Repair, classify
 from .experience import ExperienceLibrary
 from .gate import failing
-from .progress import Progress
+from .progress import REPEATED_FAILURES, Progress
 from .reflector import reflect
 
 if TYPE_CHECKING:
@@ -118,10 +119,12 @@ class Engine:
             self.counters.gate_signals += 1
             if self._error_since is None:
                 self._error_since = step
-        elif self._error_since is not None:
-            self.counters.recovery_steps.append(step - self._error_since)
-            self._error_since = None
-            self._settle(True)
+        else:
+            self.progress.succeeded()
+            if self._error_since is not None:
+                self.counters.recovery_steps.append(step - self._error_since)
+                self._error_since = None
+                self._settle(True)
         return bad
 
     def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
@@ -141,6 +144,10 @@ class Engine:
         if verdict.decision is Decision.RULE:
             self.counters.rule_repairs += 1
             return Handling("repair", verdict.reason, repair=verdict.repair)
+        if self.progress.failed(action, fingerprint):
+            self.counters.no_progress += 1
+            return Handling("stop", f"the same action failed the same way {REPEATED_FAILURES} times in a row",
+                            stop=StopReason.NO_PROGRESS)
         self.counters.sent_to_reflection += 1
         if self.progress.recurs(fingerprint):
             self.counters.no_progress += 1
@@ -182,7 +189,8 @@ class Engine:
         last = self.progress.last_fingerprints
         return {"counters": self.counters.to_dict(), "reflected": list(self.progress.reflected),
                 "error_since": self._error_since, "pending": sorted(self._pending),
-                "last_fingerprints": sorted(last) if last is not None else None}
+                "last_fingerprints": sorted(last) if last is not None else None,
+                "last_failure": self.progress.last_failure, "failure_streak": self.progress.failure_streak}
 
     def restore(self, data: dict[str, Any]) -> None:
         self.counters = Counters(**data["counters"])
@@ -191,6 +199,9 @@ class Engine:
         self._pending = set(data["pending"])
         last = data.get("last_fingerprints")
         self.progress.last_fingerprints = frozenset(last) if last is not None else None
+        failure = data.get("last_failure")  # absent from a checkpoint written before the streak was kept
+        self.progress.last_failure = (failure[0], failure[1]) if failure else None
+        self.progress.failure_streak = data.get("failure_streak", 0)
 
     def finish(self, success: bool | None) -> dict[str, Any]:
         """Settle the experience entries still pending and return the counters for the result. `success`

@@ -21,14 +21,38 @@ REMEMBERED = 64
 with a large reflection budget keeps its per-step cost flat instead of growing with every new failure."""
 
 
+REPEATED_FAILURES = 3
+"""The same action failing the same way this many times in a row stops the run NO_PROGRESS, whether or not
+a reflection was made on it (the quota spent, a lesson discarded): a model that repeated a failing call after
+being shown its error once repeats it again. Failures a rule repairs (a retry of a transient error) do not
+count."""
+
+
 class Progress:
-    """Remembers what was reflected on, so the same failure twice after a reflection stops the run."""
+    """Remembers what was reflected on, so the same failure twice after a reflection stops the run, and
+    the last failing action, so the same failing call three times in a row stops it too."""
 
     def __init__(self) -> None:
         self.reflected: dict[str, None] = {}
         """Fingerprints already reflected on (the `error_handled` marks), oldest first, at most REMEMBERED:
         never reflected on twice while remembered."""
         self.last_fingerprints: frozenset[str] | None = None
+        self.last_failure: tuple[str, str] | None = None
+        """The last failing (action, fingerprint) sent to reflection, and how many times in a row it failed."""
+        self.failure_streak = 0
+
+    def failed(self, action: str, fingerprint: str) -> bool:
+        """Count one failure sent to reflection: whether the same action has now failed the same way
+        REPEATED_FAILURES times in a row."""
+        if self.last_failure == (action, fingerprint):
+            self.failure_streak += 1
+        else:
+            self.last_failure, self.failure_streak = (action, fingerprint), 1
+        return self.failure_streak >= REPEATED_FAILURES
+
+    def succeeded(self) -> None:
+        """A clean step: a failure after it starts a new streak."""
+        self.last_failure, self.failure_streak = None, 0
 
     def note_reflection(self, fingerprint: str) -> None:
         self.reflected.pop(fingerprint, None)
