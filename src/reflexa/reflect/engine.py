@@ -199,8 +199,8 @@ class Engine:
         self._pending = set(data["pending"])
         last = data.get("last_fingerprints")
         self.progress.last_fingerprints = frozenset(last) if last is not None else None
-        failure = data.get("last_failure")  # absent from a checkpoint written before the streak was kept
-        self.progress.last_failure = (failure[0], failure[1]) if failure else None
+        # Absent from a checkpoint written before the streak was kept: it starts again.
+        self.progress.last_failure = data.get("last_failure")
         self.progress.failure_streak = data.get("failure_streak", 0)
 
     def finish(self, success: bool | None) -> dict[str, Any]:

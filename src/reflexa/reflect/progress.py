@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from ..types import Lesson
@@ -37,17 +38,19 @@ class Progress:
         """Fingerprints already reflected on (the `error_handled` marks), oldest first, at most REMEMBERED:
         never reflected on twice while remembered."""
         self.last_fingerprints: frozenset[str] | None = None
-        self.last_failure: tuple[str, str] | None = None
-        """The last failing (action, fingerprint) sent to reflection, and how many times in a row it failed."""
+        self.last_failure: str | None = None
+        """A digest of the last failing action and its failure's fingerprint (a candidate can be long, and
+        this goes into every checkpoint), with how many times in a row they came together."""
         self.failure_streak = 0
 
     def failed(self, action: str, fingerprint: str) -> bool:
         """Count one failure sent to reflection: whether the same action has now failed the same way
         REPEATED_FAILURES times in a row."""
-        if self.last_failure == (action, fingerprint):
+        digest = hashlib.sha256(json.dumps([action, fingerprint]).encode()).hexdigest()[:16]
+        if self.last_failure == digest:
             self.failure_streak += 1
         else:
-            self.last_failure, self.failure_streak = (action, fingerprint), 1
+            self.last_failure, self.failure_streak = digest, 1
         return self.failure_streak >= REPEATED_FAILURES
 
     def succeeded(self) -> None:
