@@ -296,7 +296,7 @@ class ToolSession:
                 return Observation(**{**done, "code": ErrorCode(done["code"]) if done["code"] else None},
                                    replayed=True)
             if self.approver is not None:
-                decided = self._approval(t, key, step, (args, valid), canonical)
+                decided = self._approval(t, key, step, args, valid, canonical)
                 if isinstance(decided, Observation):
                     return decided
                 args, valid = decided
@@ -310,12 +310,11 @@ class ToolSession:
                                          for other, _ in self.effects.items("effects"))
         return observation
 
-    def _approval(self, t: Tool, key: str, step: int, proposed: tuple[dict[str, Any], BaseModel],
+    def _approval(self, t: Tool, key: str, step: int, args: dict[str, Any], valid: BaseModel,
                   canonical: dict[str, Any]) -> Observation | tuple[dict[str, Any], BaseModel]:
         """The human decision on a side-effecting call (stored, or asked for and stored at once): the arguments
         to run it with (the proposed ones, as given and validated, unless edited), or the observation of a
         denial. A deferral raises AwaitingApproval."""
-        args = proposed[0]
         request = ApprovalRequest(self.run_id, step, t.name, canonical, t.description)
         earlier = approval.stored(self.effects, key)
         decision = earlier.decision() if earlier is not None else None
@@ -330,7 +329,7 @@ class ToolSession:
             return Observation(t.name, args, False, code=ErrorCode.PERMISSION, denied=True,
                                message=f"a human denied this call: {cap(decision.reason, 300)}")
         if decision.args is None:
-            return proposed
+            return args, valid
         try:
             return decision.args, t.args_model.model_validate(decision.args)
         except ValidationError as exc:
