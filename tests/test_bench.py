@@ -327,3 +327,18 @@ def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_pa
     assert lines[0] == "1 runs; 1 with one action failing the same way 3 or more times in a row"
     assert "stopped NO_PROGRESS" in lines[1]
     assert run("bench/experiments/repeated_failures.py", str(db), "--times", "4").startswith("1 runs; 0 with")
+
+
+def test_visible_only_script_splits_single_s_answers_from_the_conversions(tmp_path):
+    # Four tasks: a and b pass one attempt's visible check (b fails the hidden asserts); c and d fail it,
+    # refine converts both and d's conversion fails the hidden asserts.
+    (tmp_path / "dataset.jsonl").write_text("".join(json.dumps({"id": t}) + "\n" for t in "abcd"))
+    seen = {"single": {"a": (1, 1), "b": (1, 0), "c": (0, 0), "d": (0, 0)},
+            "refine": {"a": (1, 1), "b": (1, 0), "c": (1, 1), "d": (1, 0)}}
+    (tmp_path / "rows.jsonl").write_text("".join(
+        json.dumps({"key": f"{t}::{s}", "task": t, "strategy": s, "visible": bool(v), "passed": bool(p)}) + "\n"
+        for s, by_task in seen.items() for t, (v, p) in by_task.items()))
+    out = run("bench/experiments/visible_only.py", "mbpp", "--out", str(tmp_path), "-s", "refine").splitlines()
+    assert out[0].endswith("(4): one attempt passes the visible check on 2, and 1 of those fail the hidden asserts")
+    assert out[1] == ("  refine: 2 visible only, 1 of them single's; 2 visible conversions, 1 of them fail the "
+                      "hidden asserts (50%)")
