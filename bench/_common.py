@@ -177,6 +177,24 @@ def eval_bench(dataset: str, bench: str, argv: list[str], strategies: str = CODI
     main()
 
 
+def split_args(parser: argparse.ArgumentParser) -> None:
+    """The options of a script that reads a coding eval's rows: the bench, the part of its dataset
+    (--skip, --limit), the eval's folder (--out)."""
+    parser.add_argument("bench", choices=["humaneval", "mbpp"])
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="the eval's folder (default: bench/results/eval/BENCH)")
+
+
+def eval_split(args: argparse.Namespace) -> tuple[Path, list[str], dict[tuple[str, str], dict[str, Any]]]:
+    """For `split_args`' options: the eval's folder, the split's tasks in the dataset's order, and the eval's
+    rows by (task, strategy)."""
+    folder = args.out or RESULTS / "eval" / args.bench
+    tasks = [json.loads(line)["id"] for line in (folder / "dataset.jsonl").open()]
+    split = tasks[args.skip:args.skip + args.limit] if args.limit else tasks[args.skip:]
+    return folder, split, {(r["task"], r["strategy"]): r for r in read_rows(folder / "rows.jsonl")}
+
+
 def _split(argv: list[str], splits: dict[str, tuple[str, ...]]) -> list[str]:
     """`argv` with `--split NAME` replaced by that split's options."""
     name = _value(argv, "--split")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import RESULTS, read_rows
+from _common import eval_split, split_args
 
 from reflexa.eval.stats import mcnemar
 
@@ -46,16 +46,10 @@ def attempts(db: sqlite3.Connection, run_id: str) -> list[tuple[str, int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench", choices=["humaneval", "mbpp"])
-    parser.add_argument("--skip", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=0)
+    split_args(parser)
     parser.add_argument("--strategy", default="refine")
-    parser.add_argument("--out", type=Path, help="the eval's folder (default: bench/results/eval/BENCH)")
     args = parser.parse_args()
-    folder = args.out or RESULTS / "eval" / args.bench
-    tasks = [json.loads(line)["id"] for line in (folder / "dataset.jsonl").open()]
-    split = tasks[args.skip:args.skip + args.limit] if args.limit else tasks[args.skip:]
-    rows = {(r["task"], r["strategy"]): r for r in read_rows(folder / "rows.jsonl")}
+    folder, split, rows = eval_split(args)
     split = [task for task in split if (task, args.strategy) in rows]  # the tasks the eval has run so far
     db = sqlite3.connect(f"file:{folder / 'traces.db'}?mode=ro", uri=True)
     ended_by: Counter[tuple[int, str, str]] = Counter()

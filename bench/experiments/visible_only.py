@@ -13,29 +13,22 @@ the visible example more than another shows a higher share there.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import RESULTS, read_rows
+from _common import eval_split, split_args
 
 STRATEGIES = "refine,resample@3,resample@=refine"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench", choices=["humaneval", "mbpp"])
-    parser.add_argument("--skip", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=0)
+    split_args(parser)
     parser.add_argument("-s", "--strategies", default=STRATEGIES, help=f"comma-separated (default {STRATEGIES})")
-    parser.add_argument("--out", type=Path, help="the eval's folder (default: bench/results/eval/BENCH)")
     args = parser.parse_args()
-    folder = args.out or RESULTS / "eval" / args.bench
-    tasks = [json.loads(line)["id"] for line in (folder / "dataset.jsonl").open()]
-    split = tasks[args.skip:args.skip + args.limit] if args.limit else tasks[args.skip:]
-    rows = {(r["task"], r["strategy"]): r for r in read_rows(folder / "rows.jsonl")}
+    _, split, rows = eval_split(args)
     strategies = args.strategies.split(",")
     split = [t for t in split if all((t, s) in rows for s in ["single", *strategies])]  # run by all so far
     once = {t for t in split if rows[(t, "single")]["visible"]}
