@@ -94,3 +94,24 @@ def test_whole_research_run_ends_with_a_valid_stop_reason(embedded, tmp_path):
     result = research("How tall is the Eiffel Tower?", corpus, session=Session(model=embedded), max_rounds=1)
     assert result.stop_reason in set(StopReason) - {StopReason.ERROR}
     assert result.usage["generator"].calls >= 1
+
+
+def test_an_eval_strategy_added_later_reads_back_the_calls_an_earlier_run_made(embedded, tmp_path):
+    """`refine`'s first attempt is `single`'s call: made by the first `reflexa eval`, read from the store by
+    the second, and billed to refine in full."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from reflexa.cli.app import app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "a", "task": "Reply with the word GOOD.", "regex": "GOOD"}) + "\n")
+    common = [str(data), "-m", "local:smollm2", "--trace", str(tmp_path / "t.db"), "-o", str(tmp_path / "out")]
+    for strategies in ("single", "single,refine:reflect=off"):
+        result = CliRunner().invoke(app, ["eval", *common, "-s", strategies])
+        assert result.exit_code in (0, 1), result.output
+    got = {r["strategy"]: r for r in map(json.loads, (tmp_path / "out" / "rows.jsonl").read_text().splitlines())}
+    single, refined = got["single"], got["refine:reflect=off"]
+    assert refined["shared_calls"] >= 1 and single["shared_calls"] == 0
+    assert refined["first_passed"] == single["passed"] and refined["tokens"] >= single["tokens"]

@@ -367,6 +367,42 @@ def test_a_call_strategies_share_is_made_once_and_billed_to_each(tmp_path):
     assert SharedCalls(inner, cache, Ledger()).complete(ask, time_left=5.0).text == "reply 4"  # a timed call: made
 
 
+def test_calls_kept_in_the_store_answer_a_later_process_of_the_same_eval(tmp_path):
+    """A strategy added later reads back the calls an earlier run made: same reply, billed in full, a
+    schema's value validated again; another task's namespace, or a record this code did not write, is a
+    call made."""
+    from pydantic import BaseModel
+
+    from reflexa.eval.calls import CallCache, Ledger, SharedCalls
+    from reflexa.models.base import Generation, Model
+
+    class Verdict(BaseModel):
+        ok: bool
+
+    class Counting(Model):
+        name = spec = "counting"
+        made = 0
+
+        def _generate(self, messages, json_schema, max_tokens, temperature):
+            Counting.made += 1
+            return Generation('{"ok": true}' if json_schema else f"reply {Counting.made}", 10, 5)
+
+    ask = [{"role": "user", "content": "hi"}]
+    earlier = SharedCalls(Counting(), CallCache(store=open_store(tmp_path / "t.db"), ns="calls:e:t1"), Ledger())
+    earlier.complete(ask)
+    earlier.complete(ask, schema=Verdict)
+    later, ledger = CallCache(store=open_store(tmp_path / "t.db"), ns="calls:e:t1"), Ledger()
+    reader = SharedCalls(Counting(), later, ledger)
+    text, judged = reader.complete(ask), reader.complete(ask, schema=Verdict)
+    assert (text.text, text.usage.total_tokens, judged.value, Counting.made, ledger.calls) == (
+        "reply 1", 15, Verdict(ok=True), 2, 2)
+    other = CallCache(store=open_store(tmp_path / "t.db"), ns="calls:e:t2")
+    assert SharedCalls(Counting(), other, Ledger()).complete(ask).text == "reply 3"
+    later.store.put("calls:e:t3", next(iter(later.store.items("calls:e:t1")))[0], {"text": 1})
+    assert SharedCalls(Counting(), CallCache(store=later.store, ns="calls:e:t3"), Ledger()).complete(ask).text == (
+        "reply 4")
+
+
 def test_the_naive_loops_run_as_stored_strategies(tmp_path):
     """test-driven re-sends the check's error; cookbook stops when its LLM judge says PASS, and its visible
     column comes from the checks it never ran."""

@@ -5,7 +5,7 @@ strategies run one after another in `run_order`, so a budget-matched strategy fi
 it matches, and drift over a long run hits every strategy alike. Each finished (task, strategy) row goes to
 the store at once; the rows file gets a task's rows when the task is done, and a re-run first copies into it
 what the store has. A strategy interrupted part way runs again from its start (each is deterministic:
-greedy, or sampled at a fixed seed).
+greedy, or sampled at a fixed seed), reading back from the store the calls it had made (calls.py).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def run_eval_task(config: EvalConfig, task: EvalTask, index: int) -> list[dict[s
     store = worker_store(config.store)
     ns = namespace(config.eval_id)
     rows: dict[str, dict[str, Any]] = {}
-    cache = CallCache()
+    cache = CallCache(store=store, ns=f"calls:{config.eval_id}:{task.id}")
     for strategy in run_order([s for s in config.strategies if s.applies(task.spec)], index):
         key = row_key(task.id, strategy.name)
         done = store.get(ns, key)

@@ -102,7 +102,7 @@ class Model(ABC):
         if on_token is not None and self.streams:
             extra["on_token"] = on_token
         gen = self._generate(messages, json_schema, max_tokens, temperature, **extra)
-        return _completion(gen, schema, max_tokens)
+        return completion_of(gen, schema, max_tokens)
 
     async def acomplete(
         self,
@@ -122,7 +122,7 @@ class Model(ABC):
         gen = await self._agenerate(messages, json_schema, max_tokens, temperature, **extra)
         if on_token is not None:
             on_token(gen.text)
-        return _completion(gen, schema, max_tokens)
+        return completion_of(gen, schema, max_tokens)
 
     def _extra(self, role: str | None, time_left: float | None) -> dict[str, Any]:
         """The keywords this backend's `_generate` takes beyond the four every backend does."""
@@ -175,7 +175,7 @@ def schema_instruction(json_schema: dict[str, Any]) -> str:
     return "Reply with one JSON object only, following this JSON schema:\n" + json.dumps(json_schema)
 
 
-def _completion(gen: Generation, schema: Schema | None, max_tokens: int) -> Completion:
+def completion_of(gen: Generation, schema: Schema | None, max_tokens: int) -> Completion:
     """A Completion from a raw reply: usage counted, and with a schema the value validated (never raised)."""
     text = valid_text(gen.text)  # a reply cut mid-character, or a JSON "\ud800", must not break what encodes it
     completion = Completion(text, usage=Usage(gen.input_tokens, gen.output_tokens, 1), finish_reason=gen.finish_reason)
