@@ -236,6 +236,19 @@ def test_a_resumed_refine_run_keeps_its_context_and_runs_where_it_started(tmp_pa
     assert "return a - b" not in revision  # `feedback` tells how the attempt failed, without its code
 
 
+@pytest.mark.parametrize(("repairs", "third_revises"), [("fixed", False), ("revise", True)])
+def test_repairs_revise_revises_where_the_fixed_rule_samples(repairs, third_revises, tmp_path):
+    """The fixed rule follows a failed revision with a fresh sample; `repairs: revise` revises again."""
+    minus = "```python\ndef add(a, b):\n    return a * b\n```"
+    model = ScriptedModel(generator=[SUB, minus, ADD])
+    spec = TaskSpec(task="Write add(a, b).", test_code="assert add(2, 3) == 5", workdir=str(tmp_path),
+                    reflect=False, repairs=repairs)
+    result = spec.run(Session(model=model))
+    assert result.passed and result.iterations == 3
+    third = model.prompts[-1]
+    assert (third != [{"role": "user", "content": spec.task}]) is third_revises
+
+
 def test_a_run_started_from_python_with_no_spec_is_resumed_from_python(tmp_path):
     from reflexa import RegexCheck, refine
 

@@ -40,8 +40,8 @@ TimeoutOpt = Annotated[float | None, option("SECONDS", "Seconds each check may r
 AttemptsOpt = Annotated[int | None, option("N", "Attempts at most (default 3).", min=1)]
 ContextOpt = Annotated[str | None, option("WHAT", "What a revision sees: feedback (default), latest or full.")]
 RepairsOpt = Annotated[str | None, option(
-    "HOW", "How a failed attempt is repaired: fixed (default), learn (from the trace store's record of what "
-    "converted) or frozen (that record, unchanged).")]
+    "HOW", "How a failed attempt is repaired: fixed (default: revise, then a fresh sample), revise (every "
+    "time), learn (from the trace store's record of what converted) or frozen (that record, unchanged).")]
 DbOpt = Annotated[Path | None, option("FILE", "The SQLite database the SQL tools work on.", path=True)]
 ValidateOpt = Annotated[str | None, option(
     "SQL|CMD", "Check the final answer: SQL that must return a row (the answer is :answer), or a shell command "

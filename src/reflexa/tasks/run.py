@@ -157,11 +157,11 @@ def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
     from ..loops.refine import MAX_ATTEMPTS, refine
     from ..reflect.repairs import RepairPolicy
 
-    if spec.repairs != "fixed" and session.repairs is None:
+    if spec.repairs in ("learn", "frozen") and session.repairs is None:
         session = replace(session, repairs=RepairPolicy(session.store, frozen=spec.repairs == "frozen"))
     return refine(spec.task, checks(spec), session=session, budget=spec.budget, reflect=spec.reflect,
                   max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, temperature=spec.temperature,
-                  meta=meta, resume=resume)
+                  resample="stall" if spec.repairs == "revise" else "revision", meta=meta, resume=resume)
 
 
 def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:

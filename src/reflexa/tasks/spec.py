@@ -25,7 +25,7 @@ Loop = Literal["refine", "react", "research", "plan", "trials"]
 LOOPS: tuple[str, ...] = ("refine", "react", "research", "plan", "trials")
 Search = Literal["local", "tavily", "ddgs", "wikipedia"]
 Context = Literal["feedback", "latest", "full"]
-Repairs = Literal["fixed", "learn", "frozen"]
+Repairs = Literal["fixed", "revise", "learn", "frozen"]
 Approve = Literal["off", "ask", "defer"]
 
 CHECKS = ("tests", "test_code", "check", "regex", "json_schema", "judge")
@@ -93,6 +93,7 @@ class TaskSpec(BaseModel):
     """The sampling seed at a temperature above 0 (default: the model's, 0)."""
     repairs: Repairs = "fixed"
     """How a failed attempt is repaired: by the fixed rule (revise it; after a failed revision, a fresh sample),
+    by revising every time (a revision that repeats itself gets one fresh sample; the fixed rule's ablation),
     by a policy learned from the trace store's record of what converted (learn), or by that record read and
     left unchanged (frozen); see docs/loops.md."""
 
