@@ -307,6 +307,28 @@ def test_attempts_script_cuts_refine_s_stored_runs_after_two_attempts(tmp_path):
     assert "the third attempt solved 1" in lines[-1]
 
 
+def test_third_attempt_script_runs_the_second_revision_where_refine_sampled(tmp_path):
+    # refine: a wrong first attempt, a wrong revision, a right fresh sample. The ablation revises a second
+    # time and is wrong again: the sample alone solves the task.
+    wrong = "def has_close_elements(numbers, threshold):\n    return {}"
+    right = ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold\n"
+             "               for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    fenced = [f"```python\n{code}\n```" for code in (wrong.format("False"), wrong.format("True"), right)]
+    (tmp_path / "refine.json").write_text(json.dumps(fenced))
+    (tmp_path / "revise.json").write_text(json.dumps([*fenced[:2], fenced[0]]))
+    out, ablation = tmp_path / "he", tmp_path / "ablation"
+    run("bench/humaneval.py", "--model", f"scripted:{tmp_path / 'refine.json'}", "--limit", "1", "--out", str(out),
+        "-s", "refine")
+    lines = run("bench/experiments/third_attempt.py", "humaneval", "--out", str(out), "--ablation-out", str(ablation),
+                "--model", f"scripted:{tmp_path / 'revise.json'}").splitlines()
+    assert lines[0].endswith("(1): refine went on to a third attempt after a failed revision on 1; the first two "
+                             "attempts are the same in both runs on 1")
+    assert lines[1].startswith("  refine (a fresh sample third): 1 solved")
+    assert lines[2].startswith("  refine:repairs=revise (a second revision third): 0 solved")
+    assert lines[3] == "  only the sample: 1, only the revision: 0, exact McNemar p = 1"
+    assert lines[4] == "  the whole split: refine 1 solved, refine:repairs=revise 0"
+
+
 def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_path):
     from reflexa import Budget, ScriptedModel, Session, SQLiteStore, StopReason
     from reflexa.loops import react
