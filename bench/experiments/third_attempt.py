@@ -25,13 +25,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import RESULTS, eval_split, read_rows, split_args
+from _common import BENCH, RESULTS, eval_split, read_rows, split_args
 from attempts import attempts
 
 from reflexa.eval.stats import mcnemar
 
 ABLATION = "refine:repairs=revise"
-BENCH = Path(__file__).resolve().parent.parent
 
 
 def candidates(db: sqlite3.Connection, run_id: str) -> list[str]:
