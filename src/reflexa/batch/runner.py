@@ -226,16 +226,19 @@ def _skip_finished(tasks: list[BatchTask], store: Any, config: BatchConfig, resu
 
 
 def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int | None,
-              config: BatchConfig) -> tuple[Callable[[BatchTask], Future[dict[str, Any]]], Callable[[], None]]:
-    """submit(task) -> Future, and a shutdown for Ctrl-C or the end."""
+              config: BatchConfig
+              ) -> tuple[Callable[[BatchTask], Future[dict[str, Any]]], Callable[[], None], Callable[[], None]]:
+    """submit(task) -> Future; a shutdown for Ctrl-C or an error, which cancels what is queued and does not
+    wait; and a finish for the normal end, which joins a pool's idle workers so none outlives the
+    interpreter's exit hooks."""
     if kind == "ray":
         from .ray_executor import RayExecutor
 
         ray = RayExecutor(config, concurrency, address)
-        return ray.submit, ray.shutdown
+        return ray.submit, ray.shutdown, ray.shutdown
     if kind == "async":
         submit, stop = async_executor(run_task)
-        return (lambda task: submit(config, task)), stop
+        return (lambda task: submit(config, task)), stop, stop
     pool: Executor
     if kind == "processes":
         import multiprocessing
@@ -249,7 +252,7 @@ def _executor(kind: str, concurrency: int, address: str | None, max_tasks: int |
     def shutdown() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
-    return (lambda task: pool.submit(run_task, config, task)), shutdown
+    return (lambda task: pool.submit(run_task, config, task)), shutdown, pool.shutdown
 
 
 def async_executor(work: Callable[..., Any]) -> tuple[Callable[..., Future[Any]], Callable[[], None]]:
@@ -281,7 +284,7 @@ def async_executor(work: Callable[..., Any]) -> tuple[Callable[..., Future[Any]]
 def _drive(todo: list[BatchTask], config: BatchConfig, kind: str, concurrency: int, address: str | None,
            max_tasks: int | None, results: ResultsFile, state: Progress,
            progress: Callable[[Progress], None] | None) -> None:
-    submit, shutdown = _executor(kind, concurrency, address, max_tasks, config)
+    submit, shutdown, finish = _executor(kind, concurrency, address, max_tasks, config)
     waiting: Iterator[BatchTask] = iter(todo)
     inflight: dict[Future[dict[str, Any]], BatchTask] = {}
     more = True
@@ -318,7 +321,7 @@ def _drive(todo: list[BatchTask], config: BatchConfig, kind: str, concurrency: i
     except BaseException:
         shutdown()
         raise
-    shutdown()
+    finish()
 
 
 def _collect(future: Future[dict[str, Any]], task: BatchTask, config: BatchConfig, results: ResultsFile,

@@ -313,7 +313,7 @@ def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, conc
            progress: Callable[[EvalProgress], None] | None) -> None:
     from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-    submit, shutdown = _executor(kind, concurrency, address)
+    submit, shutdown, finish = _executor(kind, concurrency, address)
     waiting = iter(todo)
     inflight: dict[Future[list[dict[str, Any]]], EvalTask] = {}
     try:
@@ -335,23 +335,29 @@ def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, conc
     except KeyboardInterrupt:
         shutdown()
         raise EvalInterrupted(state) from None
-    finally:
+    except BaseException:
         shutdown()
+        raise
+    finish()
 
 
-def _executor(kind: str, concurrency: int, address: str | None) -> tuple[Callable[..., Any], Callable[[], None]]:
-    """submit(config, task, index) -> Future of the task's rows, and a shutdown."""
+def _executor(kind: str, concurrency: int, address: str | None
+              ) -> tuple[Callable[..., Any], Callable[[], None], Callable[[], None]]:
+    """submit(config, task, index) -> Future of the task's rows; a shutdown that cancels what is queued and
+    does not wait (Ctrl-C, an error); and a finish for the normal end, which joins a pool's idle workers so
+    none outlives the interpreter's exit hooks."""
     from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
     if kind == "ray":
         from ..batch.ray_executor import RayExecutor
 
         ray = RayExecutor(None, concurrency, address, work=run_eval_task)
-        return ray.submit_call, ray.shutdown
+        return ray.submit_call, ray.shutdown, ray.shutdown
     if kind == "async":
         from ..batch.runner import async_executor
 
-        return async_executor(run_eval_task)
+        submit, stop = async_executor(run_eval_task)
+        return submit, stop, stop
     pool: Executor
     if kind == "processes":
         import multiprocessing
@@ -359,4 +365,5 @@ def _executor(kind: str, concurrency: int, address: str | None) -> tuple[Callabl
         pool = ProcessPoolExecutor(concurrency, mp_context=multiprocessing.get_context("spawn"))
     else:
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reflexa-eval")
-    return (lambda *args: pool.submit(run_eval_task, *args)), (lambda: pool.shutdown(wait=False, cancel_futures=True))
+    return ((lambda *args: pool.submit(run_eval_task, *args)),
+            (lambda: pool.shutdown(wait=False, cancel_futures=True)), pool.shutdown)
