@@ -2,6 +2,7 @@
 
 import json
 import lzma
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -327,6 +328,42 @@ def test_third_attempt_script_runs_the_second_revision_where_refine_sampled(tmp_
     assert lines[2].startswith("  refine:repairs=revise (a second revision third): 0 solved")
     assert lines[3] == "  only the sample: 1, only the revision: 0, exact McNemar p = 1"
     assert lines[4] == "  the whole split: refine 1 solved, refine:repairs=revise 0"
+
+
+def test_refine_change_script_runs_refine_again_and_replays_the_equal_cost_baseline(tmp_path):
+    # Stored: refine's wrong first attempt, long wrong revision and right fresh sample; resample@=refine's three
+    # samples are the same three replies and it solves the task within refine's tokens. Now: the same first
+    # attempt, then a right revision, for fewer tokens, at which the baseline's second sample is cut.
+    wrong = "def has_close_elements(numbers, threshold):\n    return {}"
+    right = ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold\n"
+             "               for i, a in enumerate(numbers) for b in numbers[i + 1:])")
+    fenced = [f"```python\n{code}\n```" for code in
+              (wrong.format("False"), wrong.format("True") + "  # " + "a long comment " * 80, right)]
+    # Each strategy replays the replies file from its start; one path for every run keeps one eval id per folder.
+    replies, before, after = tmp_path / "replies.json", json.dumps(fenced), json.dumps([fenced[0], fenced[2]])
+    out, again = tmp_path / "he", tmp_path / "again"
+    replies.write_text(before)
+    run("bench/humaneval.py", "--model", f"scripted:{replies}", "--limit", "1", "--out", str(out),
+        "-s", "refine,resample@=refine")
+    replies.write_text(after)
+    lines = run("bench/experiments/refine_change.py", "humaneval", "--limit", "1", "--out", str(out), "--name", "t",
+                "--run-out", str(again), "--model", f"scripted:{replies}").splitlines()
+    assert lines[0] == ("humaneval tasks 1-1: 1 whose first attempt failed its visible check, 1 of them run; the "
+                        "first attempt is the same in both runs on 1")
+    assert lines[1].startswith("  stored refine (before): 1 solved, 0 visible only,") and "3 calls" in lines[1]
+    assert lines[2].startswith("  refine now (after): 1 solved, 0 visible only,") and "2 calls" in lines[2]
+    assert lines[3].startswith("  only before: 0, only after: 0, exact McNemar p = 1; tokens after/before 0.")
+    assert lines[4] == "  the whole split: before 1 solved, after 1"
+    assert lines[5].endswith("at the budgets they ran at: 1 of 1 rows reproduced (solved and tokens)")
+    derived = re.match(r"  resample@=refine at refine's tokens now, from its stored samples: 0 solved, (\d+) tokens; "
+                       r"refine now against it on the 1 decided: only refine 1, only resample@=refine 0", lines[6])
+    assert derived and lines[7] == "  the whole split: resample@=refine at refine's tokens now 0 solved"
+    # The replay is what a run of the baseline at refine's new tokens does: the same samples, the second one cut.
+    replies.write_text(before)
+    run("bench/humaneval.py", "--model", f"scripted:{replies}", "--limit", "1", "--out", str(again),
+        "-s", "refine,resample@=refine")  # refine's row is there: only the baseline runs
+    rerun = {row["strategy"]: row for row in map(json.loads, (again / "rows.jsonl").open())}["resample@=refine"]
+    assert (rerun["passed"], rerun["tokens"], rerun["samples"]) == (False, int(derived.group(1)), 2)
 
 
 def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_path):
