@@ -110,15 +110,16 @@ def main() -> None:
                      for t in ran)
     print(f"{args.bench} tasks {args.skip + 1}-{args.skip + len(split)}: {len(failed)} whose first attempt failed its "
           f"visible check, {len(ran)} of them run; the first attempt is the same in both runs on {same_first}")
-    solved = {}
+    solved, tokens = {}, {}
     for name, got in (("stored refine (before)", before), ("refine now (after)", after)):
         solved[name] = {t for t in ran if got[t]["passed"]}
-        tokens, calls = sum(got[t]["tokens"] for t in ran), sum(got[t]["calls"] for t in ran)
+        tokens[name], calls = sum(got[t]["tokens"] for t in ran), sum(got[t]["calls"] for t in ran)
         visible_only = sum(got[t]["visible"] and not got[t]["passed"] for t in ran)
-        print(f"  {name}: {len(solved[name])} solved, {visible_only} visible only, {tokens} tokens "
-              f"({tokens / len(ran):.1f} per task), {calls} calls")
+        print(f"  {name}: {len(solved[name])} solved, {visible_only} visible only, {tokens[name]} tokens "
+              f"({tokens[name] / len(ran):.1f} per task), {calls} calls")
     was, now = solved.values()
-    ratio = sum(after[t]["tokens"] for t in ran) / max(sum(before[t]["tokens"] for t in ran), 1)
+    spent_before, spent_after = tokens.values()
+    ratio = spent_after / max(spent_before, 1)
     print(f"  only before: {len(was - now)}, only after: {len(now - was)}, exact McNemar "
           f"p = {mcnemar(len(was - now), len(now - was)):.3g}; tokens after/before {ratio:.2f}x")
     complete = len(ran) == len(failed)
@@ -126,13 +127,13 @@ def main() -> None:
         whole = sum(row["passed"] for row in stored.values())
         print(f"  the whole split: before {whole} solved, after {whole - len(was) + len(now)}")
     if all((t, MATCHED) in rows for t in ran):
-        report_matched(db, rows, split if complete else [], ran, after, now)
+        report_matched(db, rows, split if complete else None, ran, after, now)
 
 
-def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str, Any]], split: list[str],
+def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str, Any]], split: list[str] | None,
                    ran: list[str], after: dict[str, dict[str, Any]], now: set[str]) -> None:
     """`resample@=refine` at the tokens refine now spends on each task that `ran`, from its stored samples, beside
-    refine; with the whole `split` when every task whose first attempt failed has run (else `split` is empty)."""
+    refine; with the whole `split` when every task whose first attempt failed has run (else `split` is None)."""
     agree, stored = replayed(db, rows)
     print(f"  {MATCHED} replayed from its stored samples at the budgets they ran at: {agree} of {stored} rows "
           "reproduced (solved and tokens)")
@@ -148,7 +149,7 @@ def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str,
              if open_ else "")
           + f"; refine now against it on the {len(decided)} decided: only refine {len(only_refine)}, "
           f"only {MATCHED} {len(wins - now)}, exact McNemar p = {mcnemar(len(only_refine), len(wins - now)):.3g}")
-    if split:  # every task of it has run
+    if split is not None:
         whole = sum(row["passed"] for (task, strategy), row in rows.items() if strategy == MATCHED and task in split)
         print(f"  the whole split: {MATCHED} at refine's tokens now "
               f"{whole - sum(rows[(t, MATCHED)]['passed'] for t in ran) + len(wins)} solved")
