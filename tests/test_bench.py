@@ -364,6 +364,14 @@ def test_refine_change_script_runs_refine_again_and_replays_the_equal_cost_basel
         "-s", "refine,resample@=refine")  # refine's row is there: only the baseline runs
     rerun = {row["strategy"]: row for row in map(json.loads, (again / "rows.jsonl").open())}["resample@=refine"]
     assert (rerun["passed"], rerun["tokens"], rerun["samples"]) == (False, int(derived.group(1)), 2)
+    # Without the eval's traces (they are not committed), the baseline run beside refine (--baseline) is compared.
+    (out / "traces.db").unlink()
+    lines = run("bench/experiments/refine_change.py", "humaneval", "--limit", "1", "--out", str(out), "--name", "t",
+                "--run-out", str(again), "--report-only").splitlines()
+    assert lines[0] == "humaneval tasks 1-1: 1 whose first attempt failed its visible check, 1 of them run"
+    assert lines[5] == (f"  resample@=refine run at refine's tokens now: 0 solved, {derived.group(1)} tokens; only "
+                        "refine 1, only resample@=refine 0, exact McNemar p = 1")
+    assert lines[6] == "  the whole split: resample@=refine at refine's tokens now 0 solved"
 
 
 def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_path):

@@ -7,14 +7,16 @@ the tasks whose first attempt failed its visible check (on the others both stop 
 Make the change, then run the script: the stored rows are the code before it, this run the code after. It runs
 `refine` on those tasks as an eval of its own (bench/results/experiments/refine_change/NAME/BENCH/, resumable;
 other options pass through to the bench; `--report-only` compares what has run), checks that both runs' first
-attempts are the same, and compares solved, visible only, tokens and calls, with the exact McNemar p-value.
+attempts are the same (when the eval's traces.db is present), and compares solved, visible only, tokens and
+calls, with the exact McNemar p-value.
 
 The equal-cost baseline moves with refine's tokens: `resample@=refine` draws fresh samples until it has spent
 what refine spent on the task. Its samples are the same whatever the budget (fixed seeds; a reply cut at what is
 left of the budget is no answer), so its result at refine's new tokens follows from its stored samples: the
 script first replays every stored row at the budget it ran at and says how many it reproduces, then replays
 them at refine's new tokens. A task whose new budget reaches past the stored samples is undecided, and named.
-Reads bench/results/eval/BENCH/rows.jsonl and its traces.db (not committed: run the bench first).
+The replay reads the eval's traces.db, which is not committed: without it, `--baseline` runs `resample@=refine`
+on the same tasks at refine's new tokens instead (twice the time).
 """
 
 from __future__ import annotations
@@ -90,26 +92,31 @@ def main() -> None:
                         "bench/results/experiments/refine_change/NAME/BENCH")
     parser.add_argument("--run-out", type=Path, help="this run's eval folder instead")
     parser.add_argument("--report-only", action="store_true", help="compare the tasks that have run; run none")
+    parser.add_argument("--baseline", action="store_true", help=f"also run {MATCHED} on those tasks, at refine's "
+                        "new tokens (what the replay derives from the eval's traces.db, when it is there)")
     args, passed_on = parser.parse_known_args()
     folder, split, rows = eval_split(args)
-    db = sqlite3.connect(f"file:{folder / 'traces.db'}?mode=ro", uri=True)
+    db = traces(folder / "traces.db")
     stored = {task: rows[(task, "refine")] for task in split if (task, "refine") in rows}
-    failed = [task for task, row in stored.items()  # a stored run that went past its first attempt, or ended there
-              if not row["visible"] or len(candidates(db, row["run_ids"][0])) > 1]
+    # A first attempt that passes its visible check ends the run after one call.
+    failed = [task for task, row in stored.items() if not row["visible"] or row["calls"] > 1]
     if not failed:
         sys.exit(f"{args.bench}: no task of the split has a stored refine row and a failed first attempt")
     out = args.run_out or RESULTS / "experiments" / "refine_change" / args.name / args.bench
     if not args.report_only:
-        subprocess.run([sys.executable, str(BENCH / f"{args.bench}.py"), "-s", "refine", "--ids", ",".join(failed),
+        strategies = f"refine,{MATCHED}" if args.baseline else "refine"
+        subprocess.run([sys.executable, str(BENCH / f"{args.bench}.py"), "-s", strategies, "--ids", ",".join(failed),
                         "--out", str(out), "--json", *passed_on], check=True, stdout=subprocess.DEVNULL)
-    after = {r["task"]: r for r in read_rows(out / "rows.jsonl") if r["strategy"] == "refine"}
+    new_rows = {(r["task"], r["strategy"]): r for r in read_rows(out / "rows.jsonl")}
+    after = {task: row for (task, strategy), row in new_rows.items() if strategy == "refine"}
     ran = [task for task in failed if task in after]
     before = {task: rows[(task, "refine")] for task in ran}
-    db_after = sqlite3.connect(f"file:{out / 'traces.db'}?mode=ro", uri=True)
-    same_first = sum(candidates(db, before[t]["run_ids"][0])[:1] == candidates(db_after, after[t]["run_ids"][0])[:1]
-                     for t in ran)
+    db_after = traces(out / "traces.db")
+    same_first = "" if db is None or db_after is None else "; the first attempt is the same in both runs on " + str(
+        sum(candidates(db, before[t]["run_ids"][0])[:1] == candidates(db_after, after[t]["run_ids"][0])[:1]
+            for t in ran))
     print(f"{args.bench} tasks {args.skip + 1}-{args.skip + len(split)}: {len(failed)} whose first attempt failed its "
-          f"visible check, {len(ran)} of them run; the first attempt is the same in both runs on {same_first}")
+          f"visible check, {len(ran)} of them run{same_first}")
     solved, tokens = {}, {}
     for name, got in (("stored refine (before)", before), ("refine now (after)", after)):
         solved[name] = {t for t in ran if got[t]["passed"]}
@@ -126,8 +133,33 @@ def main() -> None:
     if complete:
         whole = sum(row["passed"] for row in stored.values())
         print(f"  the whole split: before {whole} solved, after {whole - len(was) + len(now)}")
-    if all((t, MATCHED) in rows for t in ran):
-        report_matched(db, rows, split if complete else None, ran, after, now)
+    whole_split = split if complete else None
+    if all((t, MATCHED) in new_rows for t in ran):
+        report_baseline(rows, new_rows, whole_split, ran, now)
+    elif db is not None and all((t, MATCHED) in rows for t in ran):
+        report_matched(db, rows, whole_split, ran, after, now)
+    else:
+        print(f"  {MATCHED}: neither the eval's traces.db to replay it nor a run of it here (--baseline)")
+
+
+def traces(path: Path) -> sqlite3.Connection | None:
+    """A run's trace database, read-only, or None when it is not there (trace databases are not committed)."""
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True) if path.exists() else None
+
+
+def report_baseline(rows: dict[tuple[str, str], dict[str, Any]], new_rows: dict[tuple[str, str], dict[str, Any]],
+                    split: list[str] | None, ran: list[str], now: set[str]) -> None:
+    """`resample@=refine` as this run ran it at refine's new tokens (`--baseline`), beside refine; with the whole
+    `split` when every task whose first attempt failed has run (else `split` is None)."""
+    wins = {t for t in ran if new_rows[(t, MATCHED)]["passed"]}
+    spent = sum(new_rows[(t, MATCHED)]["tokens"] for t in ran)
+    print(f"  {MATCHED} run at refine's tokens now: {len(wins)} solved, {spent} tokens; only refine "
+          f"{len(now - wins)}, only {MATCHED} {len(wins - now)}, exact McNemar p = "
+          f"{mcnemar(len(now - wins), len(wins - now)):.3g}")
+    if split is not None:
+        whole = sum(row["passed"] for (task, strategy), row in rows.items() if strategy == MATCHED and task in split)
+        print(f"  the whole split: {MATCHED} at refine's tokens now "
+              f"{whole - sum(rows[(t, MATCHED)]['passed'] for t in ran) + len(wins)} solved")
 
 
 def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str, Any]], split: list[str] | None,
