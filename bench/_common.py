@@ -20,6 +20,8 @@ import lzma
 import os
 import re
 import shutil
+import sqlite3
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -175,6 +177,21 @@ def eval_bench(dataset: str, bench: str, argv: list[str], strategies: str = CODI
         args.append("--markdown")
     sys.argv = ["reflexa", *args, *argv]
     main()
+
+
+def run_subset(bench: str, strategies: str, tasks: list[str], out: Path, passed_on: list[str]) -> None:
+    """Run a coding bench's `strategies` on `tasks` alone, as an eval of its own in `out` (resumable; the
+    options in `passed_on` go to the bench): how an experiment measures a change on the tasks it moves."""
+    subprocess.run([sys.executable, str(BENCH / f"{bench}.py"), "-s", strategies, "--ids", ",".join(tasks),
+                    "--out", str(out), "--json", *passed_on], check=True, stdout=subprocess.DEVNULL)
+
+
+def open_traces(path: Path) -> sqlite3.Connection:
+    """A run's trace database, read-only; an exit that says to run the bench first when it is not there
+    (trace databases are not committed)."""
+    if not path.is_file():
+        raise SystemExit(f"no traces at {path}: run the bench that writes them first")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
 def split_args(parser: argparse.ArgumentParser) -> None:

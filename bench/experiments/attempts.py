@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import eval_split, split_args
+from _common import eval_split, open_traces, split_args
 
 from reflexa.eval.stats import mcnemar
 
@@ -44,6 +44,12 @@ def attempts(db: sqlite3.Connection, run_id: str) -> list[tuple[str, int]]:
     return [(kind, spent) for kind, spent in tried]
 
 
+def candidates(db: sqlite3.Connection, run_id: str) -> list[str]:
+    """The candidates of a stored refine run's attempts, in order."""
+    return [json.loads(output)["candidate"] for (output,) in db.execute(
+        "SELECT output FROM steps WHERE run_id = ? AND kind = 'attempt' ORDER BY step_id", (run_id,))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     split_args(parser)
@@ -51,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     folder, split, rows = eval_split(args)
     split = [task for task in split if (task, args.strategy) in rows]  # the tasks the eval has run so far
-    db = sqlite3.connect(f"file:{folder / 'traces.db'}?mode=ro", uri=True)
+    db = open_traces(folder / "traces.db")
     ended_by: Counter[tuple[int, str, str]] = Counter()
     two = {"solved": 0, "tokens": 0, "lost": 0}
     full = {"solved": 0, "tokens": 0}

@@ -25,15 +25,14 @@ import argparse
 import inspect
 import json
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import BENCH, RESULTS, eval_split, read_rows, split_args
-from third_attempt import candidates
+from _common import RESULTS, eval_split, open_traces, read_rows, run_subset, split_args
+from attempts import candidates
 
 from reflexa import refine
 from reflexa.eval.stats import mcnemar
@@ -96,7 +95,7 @@ def main() -> None:
                         "new tokens (what the replay derives from the eval's traces.db, when it is there)")
     args, passed_on = parser.parse_known_args()
     folder, split, rows = eval_split(args)
-    db = traces(folder / "traces.db")
+    db = open_traces(folder / "traces.db") if (folder / "traces.db").is_file() else None
     stored = {task: rows[(task, "refine")] for task in split if (task, "refine") in rows}
     # A first attempt that passes its visible check ends the run after one call.
     failed = [task for task, row in stored.items() if not row["visible"] or row["calls"] > 1]
@@ -105,13 +104,12 @@ def main() -> None:
     out = args.run_out or RESULTS / "experiments" / "refine_change" / args.name / args.bench
     if not args.report_only:
         strategies = f"refine,{MATCHED}" if args.baseline else "refine"
-        subprocess.run([sys.executable, str(BENCH / f"{args.bench}.py"), "-s", strategies, "--ids", ",".join(failed),
-                        "--out", str(out), "--json", *passed_on], check=True, stdout=subprocess.DEVNULL)
+        run_subset(args.bench, strategies, failed, out, passed_on)
     new_rows = {(r["task"], r["strategy"]): r for r in read_rows(out / "rows.jsonl")}
     after = {task: row for (task, strategy), row in new_rows.items() if strategy == "refine"}
     ran = [task for task in failed if task in after]
     before = {task: rows[(task, "refine")] for task in ran}
-    db_after = traces(out / "traces.db")
+    db_after = open_traces(out / "traces.db") if (out / "traces.db").is_file() else None
     same_first = "" if db is None or db_after is None else "; the first attempt is the same in both runs on " + str(
         sum(candidates(db, before[t]["run_ids"][0])[:1] == candidates(db_after, after[t]["run_ids"][0])[:1]
             for t in ran))
@@ -140,11 +138,6 @@ def main() -> None:
         report_matched(db, rows, whole_split, ran, after, now)
     else:
         print(f"  {MATCHED}: neither the eval's traces.db to replay it nor a run of it here (--baseline)")
-
-
-def traces(path: Path) -> sqlite3.Connection | None:
-    """A run's trace database, read-only, or None when it is not there (trace databases are not committed)."""
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True) if path.exists() else None
 
 
 def report_baseline(rows: dict[tuple[str, str], dict[str, Any]], new_rows: dict[tuple[str, str], dict[str, Any]],

@@ -16,27 +16,19 @@ bench/results/eval/BENCH/rows.jsonl and its traces.db (not committed: run the be
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # _common, in bench/
 
-from _common import BENCH, RESULTS, eval_split, read_rows, split_args
-from attempts import attempts
+from _common import RESULTS, eval_split, open_traces, read_rows, run_subset, split_args
+from attempts import attempts, candidates
 
 from reflexa.eval.stats import mcnemar
 
 ABLATION = "refine:repairs=revise"
-
-
-def candidates(db: sqlite3.Connection, run_id: str) -> list[str]:
-    """The candidates of a stored refine run's attempts, in order."""
-    return [json.loads(output)["candidate"] for (output,) in db.execute(
-        "SELECT output FROM steps WHERE run_id = ? AND kind = 'attempt' ORDER BY step_id", (run_id,))]
 
 
 def differing(db: sqlite3.Connection, split: list[str], rows: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
@@ -53,15 +45,14 @@ def main() -> None:
     args, passed_on = parser.parse_known_args()
     folder, split, rows = eval_split(args)
     split = [task for task in split if (task, "refine") in rows]  # the tasks the eval has run so far
-    db = sqlite3.connect(f"file:{folder / 'traces.db'}?mode=ro", uri=True)
+    db = open_traces(folder / "traces.db")
     differ = differing(db, split, rows)
     if not differ:
         sys.exit(f"{args.bench}: no task of the split went on to a third attempt after a failed revision")
     out = args.ablation_out or RESULTS / "experiments" / "third_attempt" / args.bench
-    subprocess.run([sys.executable, str(BENCH / f"{args.bench}.py"), "-s", ABLATION, "--ids", ",".join(differ),
-                    "--out", str(out), "--json", *passed_on], check=True, stdout=subprocess.DEVNULL)
+    run_subset(args.bench, ABLATION, differ, out, passed_on)
     ablated = {r["task"]: r for r in read_rows(out / "rows.jsonl") if r["strategy"] == ABLATION}
-    ablation_db = sqlite3.connect(f"file:{out / 'traces.db'}?mode=ro", uri=True)
+    ablation_db = open_traces(out / "traces.db")
     same_start = sum(candidates(db, rows[(t, "refine")]["run_ids"][0])[:2]
                      == candidates(ablation_db, ablated[t]["run_ids"][0])[:2] for t in differ)
     sample = {t for t in differ if rows[(t, "refine")]["passed"]}
