@@ -397,15 +397,19 @@ def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_pa
 
 
 def test_visible_only_script_splits_single_s_answers_from_the_conversions(tmp_path):
-    # Four tasks: a and b pass one attempt's visible check (b fails the hidden asserts); c and d fail it,
-    # refine converts both and d's conversion fails the hidden asserts.
-    (tmp_path / "dataset.jsonl").write_text("".join(json.dumps({"id": t}) + "\n" for t in "abcd"))
-    seen = {"single": {"a": (1, 1), "b": (1, 0), "c": (0, 0), "d": (0, 0)},
-            "refine": {"a": (1, 1), "b": (1, 0), "c": (1, 1), "d": (1, 0)}}
+    # Five tasks: a and b pass one attempt's visible check (b fails the hidden asserts); c, d and e fail it,
+    # refine converts all three, and d's and e's conversions fail the hidden asserts: d special-cases the
+    # visible input, e returns the visible assert's True (a boolean names nothing in particular).
+    test = "assert f(255) == True\nassert f(0) == False\n"
+    (tmp_path / "dataset.jsonl").write_text("".join(json.dumps({"id": t, "test_code": test}) + "\n" for t in "abcde"))
+    seen = {"single": {"a": (1, 1), "b": (1, 0), "c": (0, 0), "d": (0, 0), "e": (0, 0)},
+            "refine": {"a": (1, 1), "b": (1, 0), "c": (1, 1), "d": (1, 0), "e": (1, 0)}}
+    answers = {"d": "def f(x):\n    return x == 255", "e": "def f(x):\n    return True"}
     (tmp_path / "rows.jsonl").write_text("".join(
-        json.dumps({"key": f"{t}::{s}", "task": t, "strategy": s, "visible": bool(v), "passed": bool(p)}) + "\n"
+        json.dumps({"key": f"{t}::{s}", "task": t, "strategy": s, "visible": bool(v), "passed": bool(p),
+                    "answer": answers.get(t, "def f(x):\n    return x > 1")}) + "\n"
         for s, by_task in seen.items() for t, (v, p) in by_task.items()))
     out = run("bench/experiments/visible_only.py", "mbpp", "--out", str(tmp_path), "-s", "refine").splitlines()
-    assert out[0].endswith("(4): one attempt passes the visible check on 2, and 1 of those fail the hidden asserts")
-    assert out[1] == ("  refine: 2 visible only, 1 of them single's; 2 visible conversions, 1 of them fail the "
-                      "hidden asserts (50%)")
+    assert out[0].endswith("(5): one attempt passes the visible check on 2, and 1 of those fail the hidden asserts")
+    assert out[1] == ("  refine: 3 visible only, 1 of them single's; 3 visible conversions, 2 of them fail the "
+                      "hidden asserts (67%), 1 of those naming a value of the visible assert")

@@ -7,12 +7,16 @@ A strategy that stops at its first visible pass, as `refine` and the resamples d
 `single` that passes the visible check: its visible-only answers hold single's. What it adds comes from the
 tasks where one attempt failed the visible check and the strategy's final answer passes it (its visible
 conversions): the script counts those and how many of them fail the hidden asserts, so a strategy that fits
-the visible example more than another shows a higher share there.
+the visible example more than another shows a higher share there. Of those it also counts the ones whose code
+names a value of the visible assert (a literal of three or more characters, not True, False or None): the
+answers a rule that rejects special-casing the visible input could catch.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import sys
 from pathlib import Path
 
@@ -23,12 +27,21 @@ from _common import eval_split, split_args
 STRATEGIES = "refine,resample@3,resample@=refine"
 
 
+def literals(test_code: str) -> set[str]:
+    """The values the first assert of `test_code` names, as source: the ones an answer that special-cases the
+    visible input would hold (booleans, None and one- or two-character values name nothing in particular)."""
+    first = ast.parse(test_code).body[0]
+    return {repr(node.value) for node in ast.walk(first) if isinstance(node, ast.Constant)
+            and not isinstance(node.value, bool) and node.value is not None and len(repr(node.value)) >= 3}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     split_args(parser)
     parser.add_argument("-s", "--strategies", default=STRATEGIES, help=f"comma-separated (default {STRATEGIES})")
     args = parser.parse_args()
-    _, split, rows = eval_split(args)
+    folder, split, rows = eval_split(args)
+    visible = {task["id"]: literals(task["test_code"]) for task in map(json.loads, (folder / "dataset.jsonl").open())}
     strategies = args.strategies.split(",")
     split = [t for t in split if all((t, s) in rows for s in ["single", *strategies])]  # run by all so far
     once = {t for t in split if rows[(t, "single")]["visible"]}
@@ -38,10 +51,12 @@ def main() -> None:
     for strategy in strategies:
         visible_only = {t for t in split if rows[(t, strategy)]["visible"] and not rows[(t, strategy)]["passed"]}
         converted = [t for t in split if t not in once and rows[(t, strategy)]["visible"]]
-        hidden_fail = sum(t in visible_only for t in converted)
-        share = f"{hidden_fail / len(converted):.0%}" if converted else "-"
+        fitted = [t for t in converted if t in visible_only]
+        naming = sum(any(value in (rows[(t, strategy)]["answer"] or "") for value in visible[t]) for t in fitted)
+        share = f"{len(fitted) / len(converted):.0%}" if converted else "-"
         print(f"  {strategy}: {len(visible_only)} visible only, {len(visible_only & once)} of them single's; "
-              f"{len(converted)} visible conversions, {hidden_fail} of them fail the hidden asserts ({share})")
+              f"{len(converted)} visible conversions, {len(fitted)} of them fail the hidden asserts ({share}), "
+              f"{naming} of those naming a value of the visible assert")
 
 
 if __name__ == "__main__":
