@@ -150,9 +150,15 @@ def report_baseline(rows: dict[tuple[str, str], dict[str, Any]], new_rows: dict[
           f"{len(now - wins)}, only {MATCHED} {len(wins - now)}, exact McNemar p = "
           f"{mcnemar(len(now - wins), len(wins - now)):.3g}")
     if split is not None:
-        whole = sum(row["passed"] for (task, strategy), row in rows.items() if strategy == MATCHED and task in split)
-        print(f"  the whole split: {MATCHED} at refine's tokens now "
-              f"{whole - sum(rows[(t, MATCHED)]['passed'] for t in ran) + len(wins)} solved")
+        print_whole_split(rows, split, ran, wins)
+
+
+def print_whole_split(rows: dict[tuple[str, str], dict[str, Any]], split: list[str], ran: list[str],
+                      wins: set[str]) -> None:
+    """The split's `resample@=refine` figure with the tasks that `ran` swapped for their new results (`wins`)."""
+    whole = sum(row["passed"] for (task, strategy), row in rows.items() if strategy == MATCHED and task in split)
+    print(f"  the whole split: {MATCHED} at refine's tokens now "
+          f"{whole - sum(rows[(t, MATCHED)]['passed'] for t in ran) + len(wins)} solved")
 
 
 def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str, Any]], split: list[str] | None,
@@ -175,9 +181,7 @@ def report_matched(db: sqlite3.Connection, rows: dict[tuple[str, str], dict[str,
           + f"; refine now against it on the {len(decided)} decided: only refine {len(only_refine)}, "
           f"only {MATCHED} {len(wins - now)}, exact McNemar p = {mcnemar(len(only_refine), len(wins - now)):.3g}")
     if split is not None:
-        whole = sum(row["passed"] for (task, strategy), row in rows.items() if strategy == MATCHED and task in split)
-        print(f"  the whole split: {MATCHED} at refine's tokens now "
-              f"{whole - sum(rows[(t, MATCHED)]['passed'] for t in ran) + len(wins)} solved")
+        print_whole_split(rows, split, ran, wins)
 
 
 if __name__ == "__main__":
