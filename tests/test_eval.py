@@ -163,6 +163,10 @@ def test_the_same_command_resumes_and_runs_only_what_has_no_row(tmp_path):
     assert report.exit_code == 0, report.output
     strategies = json.loads(report.output)["strategies"]
     assert strategies["single"]["tasks"] == 2 and strategies["refine"]["tasks"] == 0
+    # an eval's id includes its model: asked without it, the report finds no rows and names the model they ran with
+    other = run_cli(str(data), "-s", "single", "--trace", trace, "-o", str(out), "--json", "--report-only")
+    assert other.exit_code == 0, other.output
+    assert f"ran with --model {model}" in " ".join(other.output.split())
 
 
 def test_ctrl_c_keeps_every_finished_row_and_the_same_command_finishes(tmp_path):

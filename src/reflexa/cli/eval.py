@@ -126,12 +126,32 @@ def _baselines(text: str | None, names: list[str]) -> list[str] | None:
 
 def _stored(path: Path, tasks: list[Any], chosen: list[Any], store: str, model: str | None,
             reflector_model: str | None) -> tuple[str, list[dict[str, Any]]]:
-    """The eval's id and the rows its store has so far, read without running anything."""
+    """The eval's id and the rows its store has so far, read without running anything; when there are none,
+    a note on stderr names the models of this dataset's other evals in the store."""
     from ..eval.runner import identity, stored_rows
     from .common import open_store
 
-    ident = identity(path, model, reflector_model)[0]
-    return ident, stored_rows(tasks, chosen, ident, open_store(store, reader=True))
+    ident, model, reflector_model = identity(path, model, reflector_model)
+    opened = open_store(store, reader=True)
+    found = stored_rows(tasks, chosen, ident, opened)
+    if not found:
+        _other_models(opened, path, ident, model, reflector_model)
+    return ident, found
+
+
+def _other_models(store: Any, path: Path, ident: str, model: str | None, reflector_model: str | None) -> None:
+    """Name the other evals of this dataset in the store: an eval's id includes its models, so a report asked
+    without the `--model` the eval ran with finds no rows, and the empty table alone does not say why."""
+    from ..eval.runner import EVALS
+
+    for other, header in store.items(EVALS):
+        if other != ident and header.get("dataset") == str(path):
+            flags = f"--model {header['model']}" if header.get("model") else "no --model"
+            if header.get("reflector_model"):
+                flags += f" --reflector-model {header['reflector_model']}"
+            asked = f"model {model or 'the default'}, reflector {reflector_model or 'the same'}"
+            errors.print(f"note: eval {ident} ({asked}) has no rows; eval {other} of this dataset ran with {flags}: "
+                         "give the same to report it", highlight=False, markup=False)
 
 
 def _run(tasks: list[Any], chosen: list[Any], path: Path, store: str, out: Path, as_json: bool,
