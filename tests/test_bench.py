@@ -399,12 +399,13 @@ def test_repeated_failures_script_finds_a_run_that_repeats_a_failing_call(tmp_pa
 def test_visible_only_script_splits_single_s_answers_from_the_conversions(tmp_path):
     # Five tasks: a and b pass one attempt's visible check (b fails the hidden asserts); c, d and e fail it,
     # refine converts all three, and d's and e's conversions fail the hidden asserts: d special-cases the
-    # visible input, e returns the visible assert's True (a boolean names nothing in particular).
+    # visible input, e returns the visible assert's True (a boolean names nothing in particular) and appends the
+    # visible assert itself, which special-cases nothing.
     test = "assert f(255) == True\nassert f(0) == False\n"
     (tmp_path / "dataset.jsonl").write_text("".join(json.dumps({"id": t, "test_code": test}) + "\n" for t in "abcde"))
     seen = {"single": {"a": (1, 1), "b": (1, 0), "c": (0, 0), "d": (0, 0), "e": (0, 0)},
             "refine": {"a": (1, 1), "b": (1, 0), "c": (1, 1), "d": (1, 0), "e": (1, 0)}}
-    answers = {"d": "def f(x):\n    return x == 255", "e": "def f(x):\n    return True"}
+    answers = {"d": "def f(x):\n    return x == 255", "e": "def f(x):\n    return True\n\nassert f(255) == True"}
     (tmp_path / "rows.jsonl").write_text("".join(
         json.dumps({"key": f"{t}::{s}", "task": t, "strategy": s, "visible": bool(v), "passed": bool(p),
                     "answer": answers.get(t, "def f(x):\n    return x > 1")}) + "\n"

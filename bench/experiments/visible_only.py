@@ -8,8 +8,8 @@ A strategy that stops at its first visible pass, as `refine` and the resamples d
 tasks where one attempt failed the visible check and the strategy's final answer passes it (its visible
 conversions): the script counts those and how many of them fail the hidden asserts, so a strategy that fits
 the visible example more than another shows a higher share there. Of those it also counts the ones whose code
-names a value of the visible assert (a literal of three or more characters, not True, False or None): the
-answers a rule that rejects special-casing the visible input could catch.
+names a value of the visible assert outside an assert of its own (a literal of three or more characters, not
+True, False or None): the answers a rule that rejects special-casing the visible input could catch.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ def literals(test_code: str) -> set[str]:
             and not isinstance(node.value, bool) and node.value is not None and len(repr(node.value)) >= 3}
 
 
+def own_code(answer: str) -> str:
+    """The answer without its top-level asserts: a model often appends the test it was given, which names the
+    visible values without special-casing them."""
+    return "\n".join(line for line in answer.splitlines() if not line.startswith("assert "))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     split_args(parser)
@@ -52,7 +58,8 @@ def main() -> None:
         visible_only = {t for t in split if rows[(t, strategy)]["visible"] and not rows[(t, strategy)]["passed"]}
         converted = [t for t in split if t not in once and rows[(t, strategy)]["visible"]]
         fitted = [t for t in converted if t in visible_only]
-        naming = sum(any(value in (rows[(t, strategy)]["answer"] or "") for value in visible[t]) for t in fitted)
+        naming = sum(any(value in own_code(rows[(t, strategy)]["answer"] or "") for value in visible[t])
+                     for t in fitted)
         share = f"{len(fitted) / len(converted):.0%}" if converted else "-"
         print(f"  {strategy}: {len(visible_only)} visible only, {len(visible_only & once)} of them single's; "
               f"{len(converted)} visible conversions, {len(fitted)} of them fail the hidden asserts ({share}), "
