@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from .common import clean_errors, console, errors
 from .live import hard_exit
 from .options import ModelOpt, ReflectorOpt, TraceOpt, option
@@ -68,7 +68,7 @@ def eval_command(
                                                {"max_tokens": max_tokens, "max_seconds": max_seconds})
         store = trace or trace_env() or str(default_path())
         if report_only:
-            ident, found = _stored(path, tasks, chosen, store, model, reflector_model)
+            ident, found = _stored(path, tasks, chosen, store, out, model, reflector_model)
         else:
             state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
                          concurrency=concurrency, executor=executor, address=address, share_calls=share_calls)
@@ -124,17 +124,22 @@ def _baselines(text: str | None, names: list[str]) -> list[str] | None:
     return bases
 
 
-def _stored(path: Path, tasks: list[Any], chosen: list[Any], store: str, model: str | None,
+def _stored(path: Path, tasks: list[Any], chosen: list[Any], store: str, out: Path, model: str | None,
             reflector_model: str | None) -> tuple[str, list[dict[str, Any]]]:
-    """The eval's id and the rows its store has so far, read without running anything; when there are none,
-    a note on stderr names the models of this dataset's other evals in the store."""
+    """The eval's id and the rows its store and rows file have so far, read without running anything; when
+    there are none, a note on stderr names the models of this dataset's other evals in the store."""
     from ..eval.runner import identity, stored_rows
     from .common import open_store
 
     ident, model, reflector_model = identity(path, model, reflector_model)
-    opened = open_store(store, reader=True)
-    found = stored_rows(tasks, chosen, ident, opened)
-    if not found:
+    try:
+        opened = open_store(store, reader=True)
+    except StoreError:
+        if not (out / "rows.jsonl").is_file():
+            raise
+        opened = None  # the rows file alone holds the eval (a checkout of its rows without the store)
+    found = stored_rows(tasks, chosen, ident, opened, out / "rows.jsonl")
+    if not found and opened is not None:
         _other_models(opened, path, ident, model, reflector_model)
     return ident, found
 
@@ -151,7 +156,7 @@ def _other_models(store: Any, path: Path, ident: str, model: str | None, reflect
                 flags += f" --reflector-model {header['reflector_model']}"
             asked = f"model {model or 'the default'}, reflector {reflector_model or 'the same'}"
             errors.print(f"note: eval {ident} ({asked}) has no rows; eval {other} of this dataset ran with {flags}: "
-                         "give the same to report it", highlight=False, markup=False)
+                         "give the same to report it", highlight=False, markup=False, soft_wrap=True)
 
 
 def _run(tasks: list[Any], chosen: list[Any], path: Path, store: str, out: Path, as_json: bool,

@@ -60,10 +60,13 @@ def identity(dataset: Path, model: str | None, reflector_model: str | None) -> t
     return eval_id(dataset, {"model": model, "reflector_model": reflector_model}), model, reflector_model
 
 
-def stored_rows(tasks: list[EvalTask], strategies: list[Strategy], ident: str, store: Any) -> list[dict[str, Any]]:
-    """The rows the store has for these tasks and strategies, in task order: an eval's report so far, read
-    while it runs."""
-    stored = dict(store.items(namespace(ident)))
+def stored_rows(tasks: list[EvalTask], strategies: list[Strategy], ident: str, store: Any,
+                rows_file: Path) -> list[dict[str, Any]]:
+    """The rows the store (None: no store) and the rows file have for these tasks and strategies, in task order:
+    an eval's report so far, read while it runs, or from the rows file alone (which resumes an eval too)."""
+    stored = {row["key"]: row for row in own_rows(rows_file.read_bytes(), ident)} if rows_file.is_file() else {}
+    if store is not None:
+        stored.update(store.items(namespace(ident)))
     return [stored[key] for task in tasks for s in strategies if (key := row_key(task.id, s.name)) in stored]
 
 
