@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from reflexa.cli.app import app
 from reflexa.errors import ConfigError
 from reflexa.eval import parse_strategies, read_dataset
-from reflexa.eval.report import markdown, pairs
+from reflexa.eval.report import comparison_line, markdown, pairs
 from reflexa.eval.stats import mcnemar
 from reflexa.eval.strategies import run_order
 from reflexa.trace import open_store
@@ -71,6 +71,13 @@ def test_strategies_alternate_order_and_a_budget_matched_one_runs_after_its_targ
     strategies = parse_strategies("resample@=refine,single,refine")
     assert [s.name for s in run_order(strategies, 0)] == ["single", "refine", "resample@=refine"]
     assert [s.name for s in run_order(strategies, 1)] == ["refine", "resample@=refine", "single"]
+
+
+def test_a_p_value_the_report_rounds_to_zero_reads_as_a_bound():
+    base = {"strategy": "refine", "baseline": "single", "difference": 20, "tasks": 124, "only_strategy": 20,
+            "only_baseline": 0, "token_ratio": 2.0}
+    assert "exact McNemar p < 0.0001," in comparison_line({**base, "p_value": 0.0})
+    assert "exact McNemar p = 0.0002," in comparison_line({**base, "p_value": 0.0002})
 
 
 def test_exact_mcnemar_matches_the_binomial_test():

@@ -130,7 +130,12 @@ def comparison_line(c: dict[str, Any]) -> str:
     sign = "+" if c["difference"] > 0 else ""
     return (f"{c['strategy']} vs {c['baseline']}: {sign}{c['difference']} of {c['tasks']} "
             f"({c['only_strategy']} solved only by {c['strategy']}, {c['only_baseline']} only by {c['baseline']}), "
-            f"exact McNemar p = {c['p_value']:.3g}, tokens ×{_cell(c['token_ratio'])}")
+            f"exact McNemar p {_p(c['p_value'])}, tokens ×{_cell(c['token_ratio'])}")
+
+
+def _p(value: float) -> str:
+    """`= P`, or `< 0.0001` where the report's four decimals round P to zero."""
+    return f"= {value:.3g}" if value else "< 0.0001"
 
 
 def markdown(report: dict[str, Any]) -> str:
