@@ -35,10 +35,11 @@ def literals(test_code: str) -> set[str]:
             and not isinstance(node.value, bool) and node.value is not None and len(repr(node.value)) >= 3}
 
 
-def own_code(answer: str) -> str:
-    """The answer without its top-level asserts: a model often appends the test it was given, which names the
-    visible values without special-casing them."""
-    return "\n".join(line for line in answer.splitlines() if not line.startswith("assert "))
+def names_a_value(answer: str, values: set[str]) -> bool:
+    """Whether the answer's code names one of `values`, its top-level asserts left out: a model often appends
+    the test it was given, which names the visible values without special-casing them."""
+    code = "\n".join(line for line in answer.splitlines() if not line.startswith("assert "))
+    return any(value in code for value in values)
 
 
 def main() -> None:
@@ -58,8 +59,7 @@ def main() -> None:
         visible_only = {t for t in split if rows[(t, strategy)]["visible"] and not rows[(t, strategy)]["passed"]}
         converted = [t for t in split if t not in once and rows[(t, strategy)]["visible"]]
         fitted = [t for t in converted if t in visible_only]
-        naming = sum(any(value in own_code(rows[(t, strategy)]["answer"] or "") for value in visible[t])
-                     for t in fitted)
+        naming = sum(names_a_value(rows[(t, strategy)]["answer"] or "", visible[t]) for t in fitted)
         share = f"{len(fitted) / len(converted):.0%}" if converted else "-"
         print(f"  {strategy}: {len(visible_only)} visible only, {len(visible_only & once)} of them single's; "
               f"{len(converted)} visible conversions, {len(fitted)} of them fail the hidden asserts ({share}), "
