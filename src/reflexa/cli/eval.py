@@ -149,12 +149,12 @@ def _other_models(store: Any, path: Path, ident: str, model: str | None, reflect
     without the `--model` the eval ran with finds no rows, and the empty table alone does not say why."""
     from ..eval.runner import EVALS
 
+    asked = f"model {model or 'the default'}, reflector {reflector_model or 'the same'}"
     for other, header in store.items(EVALS):
         if other != ident and header.get("dataset") == str(path):
             flags = f"--model {header['model']}" if header.get("model") else "no --model"
             if header.get("reflector_model"):
                 flags += f" --reflector-model {header['reflector_model']}"
-            asked = f"model {model or 'the default'}, reflector {reflector_model or 'the same'}"
             errors.print(f"note: eval {ident} ({asked}) has no rows; eval {other} of this dataset ran with {flags}: "
                          "give the same to report it", highlight=False, markup=False, soft_wrap=True)
 
