@@ -65,6 +65,70 @@ def test_something_that_is_no_check_is_a_clear_error():
         refine("t", [42], session=Session(model=ScriptedModel([GOOD])))
 
 
+def test_one_check_needs_no_list_and_a_string_is_no_check():
+    """A lone check was iterated (`'RegexCheck' object is not iterable`), a string read letter by letter."""
+    from reflexa import RegexCheck
+
+    assert refine("t", RegexCheck("a \\+ b"), session=Session(model=ScriptedModel([GOOD]))).passed
+    assert refine("t", adds, session=Session(model=ScriptedModel([GOOD]))).passed
+    with pytest.raises(ConfigError, match="not a check: 'x'"):
+        refine("t", "x", session=Session(model=ScriptedModel([GOOD])))
+
+
+def test_a_check_function_that_cannot_take_the_candidate_is_refused_before_any_call():
+    """It was taken for a failing candidate, every attempt, calls spent."""
+    model = ScriptedModel([GOOD])
+    with pytest.raises(ConfigError, match="does not take one argument, the candidate"):
+        refine("t", [lambda candidate, context: True], session=Session(model=model))
+    assert model.prompts == []
+
+
+def test_a_check_function_returning_something_else_is_a_clear_error():
+    with pytest.raises(ConfigError, match="the check function check returned int"):
+        refine("t", [lambda c: 1], session=Session(model=ScriptedModel([GOOD])))
+
+
+def _answers(answer: str) -> dict:
+    return {"action": {"thought": "done", "tool": "final_answer", "args": {"answer": answer}, "confidence": 0.9}}
+
+
+@pytest.mark.parametrize("validator", [
+    lambda answer: answer == "400",
+    lambda answer: Signal("mine", answer == "400", None if answer == "400" else ErrorCode.NO_MATCH, "not 400"),
+    lambda answer: None if answer == "400" else "not 400",
+    "regex",
+])
+def test_react_and_plan_take_any_check_as_their_validator(validator):
+    """react's validator took only `answer -> str | None`: a bool crashed with AttributeError, a Check was
+    not callable."""
+    from reflexa import RegexCheck, tool
+
+    validator = RegexCheck("^400$") if validator == "regex" else validator
+
+    @tool
+    def count() -> str:
+        """How many orders there are."""
+        return "400"
+
+    passed = react("How many orders?", [count], validator=validator, session=Session(model=ScriptedModel(
+        [_answers("400")])))
+    assert passed.stop_reason is StopReason.PASSED
+    model = ScriptedModel(generator=[_answers("399"), _answers("400")], reflector=[LESSON])
+    corrected = react("How many orders?", [count], validator=validator, session=Session(model=model))
+    assert corrected.stop_reason is StopReason.PASSED and corrected.iterations == 2
+    tree = {"goal": "How many orders?", "subgoals": [{"name": "count", "task": "How many orders?"}]}
+    planned = plan("How many orders?", [count], tree=tree, validator=validator,
+                   session=Session(model=ScriptedModel([_answers("400")])))
+    assert planned.stop_reason is StopReason.PASSED
+
+
+def test_a_subjective_check_cannot_be_a_validator():
+    from reflexa import LLMJudge
+
+    with pytest.raises(ConfigError, match="subjective"):
+        react("q", [], validator=LLMJudge(), session=Session(model=ScriptedModel([])))
+
+
 def test_any_check_may_pinpoint_its_failure_and_is_then_revised_by_rule():
     """`pinpointed` was ignored unless the code was TEST_FAILED."""
     def names_the_value(candidate):
@@ -125,6 +189,7 @@ def test_a_scripts_file_takes_a_script_per_role(tmp_path):
     path.write_text(json.dumps({"generator": "not a list"}))
     with pytest.raises(ConfigError, match="must be a JSON list of replies"):
         ScriptedModel.from_file(path)
-    path.write_text(json.dumps({"narrator": []}))
-    with pytest.raises(ConfigError, match="a JSON list, or an object of scripts"):
-        ScriptedModel.from_file(path)
+    for role in ("narrator", "search"):  # a search calls no model: a script for it was a TypeError
+        path.write_text(json.dumps({role: []}))
+        with pytest.raises(ConfigError, match="a JSON list, or an object of scripts"):
+            ScriptedModel.from_file(path)

@@ -16,7 +16,7 @@ from typing import Literal
 from ..errors import ConfigError
 from ..files import file_uri
 from ..types import ErrorCode, Signal
-from .checks import CheckContext
+from .checks import CheckContext, CheckLike, as_check
 
 Validator = Callable[[str], str | None]
 """Checks a final answer against the world: None when it holds, else what is wrong."""
@@ -112,6 +112,22 @@ def regex_validator(pattern: str) -> Validator:
     except re.error as exc:
         raise ConfigError(f"bad regex {pattern!r}: {exc}") from None
     return lambda answer: None if regex.search(answer) else f"the answer does not match /{pattern}/"
+
+
+def as_validator(given: Validator | CheckLike) -> Validator:
+    """A final answer's check as a caller may give it: a Validator (None holds, a string says what is
+    wrong), a plain function returning a bool, a string, a Signal or None, or an objective `Check`. A
+    subjective check (an LLM judge) is refused: it could not make an answer PASSED."""
+    check = as_check(given)
+    if check.subjective:
+        raise ConfigError(f"the validator {check.name} is subjective",
+                          hint="a final answer's validator must be an objective check")
+
+    def validate(answer: str) -> str | None:
+        signal = check.run(answer, CheckContext())
+        return None if signal.ok else signal.message or f"{check.name} failed"
+
+    return validate
 
 
 def all_of(validators: Sequence[Validator]) -> Validator | None:

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import functools
 import importlib.util
+import inspect
 import os
 import re
 import shlex
@@ -514,6 +515,14 @@ class FunctionCheck:
     def __init__(self, function: Callable[[str], bool | str | Signal | None], name: str | None = None) -> None:
         self.function = function
         self.name = name or getattr(function, "__name__", "check").replace("<lambda>", "check")
+        try:
+            inspect.signature(function).bind("candidate")
+        except TypeError:
+            raise ConfigError(f"the check function {self.name} does not take one argument, the candidate",
+                              hint="a check function is `def check(candidate: str) -> bool | str | Signal`; "
+                              "a Check object has `run(candidate, context)`") from None
+        except ValueError:
+            pass  # a builtin without a signature: called as it is
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
         try:
@@ -529,11 +538,11 @@ class FunctionCheck:
             return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{self.name} returned False")
         if isinstance(said, str):
             return Signal(self.name, False, ErrorCode.TEST_FAILED, said or f"{self.name} failed")
-        raise TypeError(f"check {self.name} returned {type(said).__name__}; a check returns a bool, a str "
-                        "(what is wrong), a Signal or None")
+        raise ConfigError(f"the check function {self.name} returned {type(said).__name__}",
+                          hint="a check function returns a bool, a str (what is wrong), a Signal or None")
 
 
-def as_check(check: Check | Callable[[str], Any]) -> Check:
+def as_check(check: CheckLike) -> Check:
     """A check as given: a `Check` (anything with `name` and `run`), or a plain function (FunctionCheck)."""
     if hasattr(check, "run") and hasattr(check, "name"):
         return check  # type: ignore[return-value]
@@ -541,6 +550,21 @@ def as_check(check: Check | Callable[[str], Any]) -> Check:
         return FunctionCheck(check)
     raise ConfigError(f"not a check: {check!r}", hint="give a Check (PytestCheck, CommandCheck, ...) or a function "
                       "candidate -> bool | str | Signal")
+
+
+CheckLike = Check | Callable[[str], Any]
+"""A check as a caller may give it: a `Check`, or a plain function `candidate -> bool | str | Signal | None`."""
+
+
+def as_checks(checks: CheckLike | Sequence[CheckLike]) -> list[Check]:
+    """Checks as given: one check or a sequence of them (a string is neither: it is no check, and as a
+    sequence it would be read letter by letter)."""
+    if isinstance(checks, str | bytes):
+        raise ConfigError(f"not a check: {checks!r}", hint="give a Check (PytestCheck, RegexCheck, ...), a function "
+                          "candidate -> bool | str | Signal, or a list of them")
+    if hasattr(checks, "run") or callable(checks):
+        return [as_check(checks)]  # type: ignore[arg-type]
+    return [as_check(check) for check in checks]
 
 
 def verdict_from(signals: Sequence[Signal]) -> Verdict:

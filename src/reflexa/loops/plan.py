@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..evaluate.answer import Validator, ValidatorCheck, all_of
+from ..evaluate.answer import Validator, ValidatorCheck, all_of, as_validator
+from ..evaluate.checks import CheckLike
 from ..reflect.engine import Decided
 from ..runtime import Checkpoint, Stop
 from ..search.base import SearchBackend
@@ -190,7 +191,8 @@ class Ran:
 
 def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, session: Session | None = None,
          budget: Budget = Budget(), tree: GoalTree | Mapping[str, Any] | Path | None = None,
-         max_subgoals: int = goals.MAX_SUBGOALS, max_steps: int = MAX_STEPS, validator: Validator | None = None,
+         max_subgoals: int = goals.MAX_SUBGOALS, max_steps: int = MAX_STEPS,
+         validator: Validator | CheckLike | None = None,
          facts: Sequence[str] = (), db: str | Path | None = None, search: SearchBackend | None = None,
          replan: bool = True, meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Break `task` into a goal tree and run each sub-goal as a child run, in dependency order.
@@ -199,7 +201,7 @@ def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessio
     before any model call, ConfigError when it cannot run). One `budget` covers the planner, every unit
     and the replan; each unit takes at most `max_steps` steps. `facts` are global memory (e.g. "budget
     5,000 EUR"): with the answers of a unit's dependencies they fill its memory slots when it starts.
-    `validator` checks the answer of every sub-goal no other depends on, besides its own check; `db` is
+    `validator` (as react's) checks the answer of every sub-goal no other depends on, besides its own check; `db` is
     the database SQL checks run on, `search` the backend of research units. A failed sub-goal is
     replanned once (`replan`), else its dependents are skipped; independent branches go on. A control
     learnt in one unit (a blocked tool or value, a forced action), and an unrecoverable tool error, are
@@ -216,7 +218,8 @@ def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessio
                                                  search=search is not None)
     # A unit's run carries the plan's labels (a batch's), not the plan's own spec: it is no plan to resume.
     child_meta = {key: value for key, value in (meta or {}).items() if key != "spec"}
-    ctx = Context(session, registry, given, max_steps, validator, db_path, search, replan, child_meta)
+    ctx = Context(session, registry, given, max_steps, as_validator(validator) if validator is not None else None,
+                  db_path, search, replan, child_meta)
     run_meta = {"max_steps": max_steps, **({"tree": given.model_dump()} if given else {}), **(meta or {})}
     return run_loop(session, "plan", task, PlanState(task, list(facts)), lambda ep, s: _plan(ep, s, ctx),
                     budget=budget, bound=max_subgoals, cut="reflections", reflect=False, meta=run_meta,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import aio
+from ..evaluate.answer import Validator, as_validator
+from ..evaluate.checks import CheckLike
 from ..reflect import Facts, Handling, Workspace
 from ..reflect.gate import Similarity, step_signals
 from ..runtime import Checkpoint, Stop
@@ -28,10 +30,6 @@ from .session import Episode, Outcome, Session, run_loop
 
 MAX_STEPS = 8
 """Steps a react run takes at most by default."""
-
-Validator = Callable[[str], str | None]
-"""Checks a final answer against the world: None when it holds, else what is wrong."""
-
 
 @dataclass(slots=True)
 class ToolCall(Serial):
@@ -150,21 +148,24 @@ class ReactState(Serial):
 
 
 def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, session: Session | None = None,
-          budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | None = None,
+          budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | CheckLike | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
           memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Pursue `task` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
     answer is the `final_answer` action. It ends PASSED only when `validator` accepts it, and
-    ANSWERED_UNVERIFIED when there is no validator. `similarity` judges repeated thoughts (default:
-    normalised text; pass `reflexa.reflect.embeddings.similarity()` for an embedding model). A step's
-    failure signals go through the reflection engine. Every step is stored with a checkpoint of the
+    ANSWERED_UNVERIFIED when there is no validator: a function of the answer returning None or True
+    when it holds, else False or what is wrong (a string or a Signal), or an objective `Check`.
+    `similarity` judges repeated thoughts (default: normalised text; pass
+    `reflexa.reflect.embeddings.similarity()` for an embedding model). A step's failure signals go through
+    the reflection engine. Every step is stored with a checkpoint of the
     state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call. `lessons`
     carried in take effect from the first step, controls included (blocks, a forced first action);
     `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    validate = as_validator(validator) if validator is not None else None
     state = ReactState(Workspace(task))
     state.workspace.remember(list(memory))
     for lesson in lessons:
@@ -177,7 +178,7 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessi
 
     def body(ep: Episode, s: ReactState) -> Stop:
         tools = ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks, ep.session.approver)
-        return _steps(ep, s, tools, validator, similarity)
+        return _steps(ep, s, tools, validate, similarity)
 
     return run_loop(session or Session(), "react", task, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from ..evaluate.checks import Check, CheckContext, as_check, run_checks
+from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, run_checks
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..reflect.repairs import AttemptKind, RepairKind, failure_class
@@ -43,7 +43,7 @@ RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
 "Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
 shown the revision's lesson: on MBPP each way round lost the conversions this attempt makes on a small
-model (bench/README.md, Experiments: the harness before reflexa eval)."""
+model (bench/README.md, Experiments)."""
 MAX_LESSONS = 5
 """Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3
@@ -128,14 +128,14 @@ class RefineState(Serial):
                        retried=self.attempts > 1, retry_tokens=total - self.first_attempt_tokens)
 
 
-def refine(task: str, checks: Sequence[Check | Callable[[str], Any]], *, session: Session | None = None,
+def refine(task: str, checks: CheckLike | Sequence[CheckLike], *, session: Session | None = None,
            budget: Budget = Budget(), max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback",
            reflect: bool = True, lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
            resample: Resample = "revision", family: str = "refine", meta: dict[str, Any] | None = None,
            resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
-    a spent budget. A check is a `Check` or a plain function `candidate -> bool | str | Signal` (a string
-    says what is wrong).
+    a spent budget. `checks` is one check or a list; a check is a `Check` or a plain function
+    `candidate -> bool | str | Signal` (a string says what is wrong).
 
     The checks decide PASS, NEEDS_IMPROVEMENT (revise the latest candidate with its feedback) or FAIL
     (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
@@ -152,9 +152,9 @@ def refine(task: str, checks: Sequence[Check | Callable[[str], Any]], *, session
     have not paid.
     `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
-    if not checks:
+    checking = as_checks(checks)
+    if not checking:
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
-    checking = [as_check(check) for check in checks]
     if context not in CONTEXTS:
         raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}")
     state = RefineState(task, list(lessons))

@@ -26,8 +26,8 @@ from ..structured import Message
 from .base import TIME_UP, Generation, Model, OnToken
 
 Reply = str | dict[str, Any] | list[Any] | BaseException
-ROLES = ("generator", "reflector", "planner", "evaluator", "search")
-"""The roles a script may be given for (`reflexa.types.Role`)."""
+ROLES = ("generator", "reflector", "planner", "evaluator")
+"""The roles a script may be given for: those of `reflexa.types.Role` that call a model (a search does not)."""
 
 
 @dataclass(frozen=True, slots=True)
