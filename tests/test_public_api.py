@@ -1,5 +1,7 @@
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import reflexa
 
@@ -73,6 +75,12 @@ def test_public_api_is_pinned():
 def test_every_public_name_resolves():
     for name in reflexa.__all__:
         assert getattr(reflexa, name) is not None, name
+
+
+def test_every_public_name_is_documented_and_has_a_docstring():
+    page = (Path(__file__).parent.parent / "docs" / "python-api.md").read_text()
+    assert not [name for name in reflexa.__all__ if not re.search(rf"`{name}[`(]", page)]
+    assert not [name for name in reflexa.__all__ if not (getattr(reflexa, name).__doc__ or "").strip()]
 
 
 def test_unknown_name_is_an_attribute_error():

@@ -2,8 +2,7 @@
 
     >>> import asyncio
     >>> from reflexa import RegexCheck, Session, aio, refine, resolve_model
-    >>> from reflexa.models.limit import limited
-    >>> model = limited(resolve_model("openai:http://127.0.0.1:8000/v1#qwen"), 8)  # 8 calls in flight at most
+    >>> model = aio.limited(resolve_model("openai:http://127.0.0.1:8000/v1#qwen"), 8)  # 8 calls in flight at most
     >>> async def main(tasks):
     ...     return await asyncio.gather(*(aio.run(refine, task, [RegexCheck("GOOD")], session=Session(model=model))
     ...                                   for task in tasks))
@@ -31,9 +30,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .models.base import Completion, Model, OnToken
+from .models.limit import limited
 from .structured import Message, Schema
 
 T = TypeVar("T")
+
+__all__ = ["limited", "run"]
+"""`run` a loop as a coroutine; `limited(model, n)` keeps at most n of a backend's calls in flight."""
 
 
 async def run(loop: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

@@ -32,6 +32,9 @@ def normalise_query(query: str) -> str:
 
 
 class SearchCache:
+    """Search results kept in `store`, keyed by backend and normalised query, for `short_ttl` seconds when
+    the query is time-sensitive and `long_ttl` otherwise; failed and partial results are never kept."""
+
     def __init__(self, store: Store, *, short_ttl: float = SHORT_TTL, long_ttl: float = LONG_TTL,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
