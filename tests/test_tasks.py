@@ -145,6 +145,21 @@ def test_save_spec_writes_what_reflexa_run_then_runs(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("solution*.py"))  # no --out: nothing written
 
 
+def test_a_run_stopped_by_its_budget_runs_again_from_its_stored_spec_with_more(tmp_path, monkeypatch):
+    """`resume` of a finished run said only "already finished", with no way on."""
+    monkeypatch.chdir(tmp_path)
+    model = scripted(tmp_path / "r.json", generator=[SUB, ADD, SUB, ADD])
+    first = runner.invoke(app, ["refine", "Write add(a, b).", "--test-code", "assert add(2, 3) == 5", "--no-reflect",
+                                "--max-calls", "1", "--model", model, "--json", "--trace", "t.db"])
+    run_id = json.loads(first.output)["run_id"]
+    refused = runner.invoke(app, ["resume", run_id, "--trace", "t.db"])
+    assert refused.exit_code == 2 and f"reflexa show {run_id[:12]} --save-spec" in flat(refused.output)
+    saved = runner.invoke(app, ["show", run_id[:12], "--save-spec", "again.json", "--trace", "t.db"])
+    assert saved.exit_code == 0 and json.loads((tmp_path / "again.json").read_text())["max_calls"] == 1
+    again = runner.invoke(app, ["run", "again.json", "--max-calls", "4", "-q", "--trace", "t.db"])
+    assert again.exit_code == 0 and again.output.startswith("PASSED"), again.output
+
+
 def test_batch_reads_the_same_spec_lines_for_any_loop(tmp_path, shop):
     """A batch line is a spec: lines of two loops in one file, each with its own model (the file's field)."""
     cases = loop_cases(tmp_path, shop)
@@ -313,7 +328,7 @@ def test_show_full_gives_a_failing_check_s_whole_output_and_the_passages_found(t
                                "--json", "--trace", "t.db"])
     run_id = json.loads(done.output)["run_id"]
     full = flat(runner.invoke(app, ["show", run_id, "--full", "--trace", "t.db"]).output)
-    assert "Eiffel Tower — " in full and "eiffel.md" in full
+    assert "Eiffel Tower — " in full and "eiffel.md" in full and "wrought-iron lattice tower in Paris" in full
 
 
 @pytest.mark.parametrize("command", ["refine", "react", "trials", "research", "plan", "run", "resume", "batch",
@@ -324,6 +339,10 @@ def test_help_is_readable_at_80_columns(command, monkeypatch):
     assert shown.exit_code == 0
     assert "<bool>" not in shown.output and "…" not in shown.output
     assert max(len(line) for line in shown.output.splitlines()) <= 80
+    flags = [line for line in shown.output.splitlines() if line.lstrip().startswith("-")]
+    assert not [line for line in flags if "<" in line.split("  ")[1]]  # a named value (FILE, N), not <str>
+    listed = shown.output.partition("Commands:")[2].splitlines()
+    assert not [line for line in listed if line.endswith("...")]  # each command's line whole, not cut by click
 
 
 def test_every_run_command_takes_the_same_budget_flags():

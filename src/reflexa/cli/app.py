@@ -8,14 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from ..errors import ConfigError
 from . import approve, batch, run
+from .browse import STATUSES
 from .common import clean_errors, console, errors, find_run, open_store
 from .eval import eval_command
 from .mcp import mcp_command
@@ -30,21 +32,40 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,  # click's own help: readable at 80 columns, no metavar column
 )
-for _name, _command in run.COMMANDS.items():
-    app.command(_name)(_command)
-app.command("resume")(run.resume)
-app.command("approve")(approve.approve)
-app.command("batch")(batch.batch)
-app.command("eval")(eval_command)
-app.command("mcp")(mcp_command)
+SHORT_HELP = {
+    "refine": "Generate, check and revise until the checks pass.",
+    "react": "Answer a question with tools, reflecting on failures.",
+    "trials": "Run react trials, each starting from the lessons so far.",
+    "research": "Answer from evidence: every claim cited or marked.",
+    "plan": "Break a goal into sub-goals and run each in order.",
+    "run": "Run a task spec file, of any loop.",
+    "resume": "Continue a killed or interrupted run.",
+    "approve": "Approve or deny the call a run is waiting on.",
+    "batch": "Run a JSON Lines file of tasks with concurrent workers.",
+    "eval": "Compare strategies on every task of a dataset.",
+    "mcp": "Serve reflexa to an MCP client over stdio.",
+    "index": "Build or update a folder's local search corpus.",
+    "experience": "List the repairs the experience library has learned.",
+    "runs": "List stored runs, newest first.",
+    "show": "Print one run step by step.",
+    "ui": "A read-only web viewer over the trace store.",
+    "models": "Which model backends are usable here.",
+}
+"""Each command's line in `reflexa --help`: whole at 80 columns, where click would cut the docstring's."""
+
+_COMMANDS: dict[str, Callable[..., Any]] = {**run.COMMANDS, "resume": run.resume, "approve": approve.approve,
+                                            "batch": batch.batch, "eval": eval_command, "mcp": mcp_command}
+for _name, _command in _COMMANDS.items():
+    app.command(_name, short_help=SHORT_HELP[_name])(_command)
 
 LOOPS = ("refine", "react", "research", "trials", "plan")
 """The loops a stored run can be of."""
 
 
-@app.command()
+@app.command("index", short_help=SHORT_HELP["index"])
 def index(
-    folder: Annotated[Path, typer.Argument(parser=path_arg, help="A folder of .md, .txt and .html files.")],
+    folder: Annotated[Path, typer.Argument(parser=path_arg, metavar="FOLDER", help="A folder of .md, .txt and .html "
+                                           "files.")],
 ) -> None:
     """Build or update the local search corpus of a folder (incremental: only changed files are re-read)."""
     with clean_errors():
@@ -60,7 +81,7 @@ def index(
                       highlight=False)
 
 
-@app.command("experience")
+@app.command("experience", short_help=SHORT_HELP["experience"])
 def experience_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the entries as JSON.")] = False,
     trace: TraceOpt = None,
@@ -88,16 +109,16 @@ def experience_cmd(
         console.print(table)
 
 
-@app.command()
+@app.command("runs", short_help=SHORT_HELP["runs"])
 def runs(
-    limit: Annotated[int, typer.Option(min=1, help="How many runs.")] = 20,
-    loop: Annotated[str | None, typer.Option("--loop", help=f"Only runs of this loop: {', '.join(LOOPS)}.",
-                    show_default=False)] = None,
-    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status (running, stale, "
-                      "finished, interrupted) or stop reason (PASSED, ...). stale: stored as running, but its "
+    limit: Annotated[int, typer.Option(min=1, metavar="N", help="How many runs.")] = 20,
+    loop: Annotated[str | None, typer.Option("--loop", metavar="LOOP", show_default=False,
+                                             help=f"Only runs of this loop: {', '.join(LOOPS)}.")] = None,
+    status: Annotated[str | None, typer.Option("--status", metavar="STATUS", help="Only runs with this status "
+                      f"({', '.join(STATUSES)}) or stop reason (PASSED, ...). stale: stored as running, but its "
                       "process is gone.", show_default=False)] = None,
-    since: Annotated[str | None, typer.Option("--since", help="Only runs started since: an age (30m, 2h, 3d, "
-                     "1w) or a date (2026-11-30, 2026-11-30T14:00).", show_default=False)] = None,
+    since: Annotated[str | None, typer.Option("--since", metavar="WHEN", help="Only runs started since: an age (30m, "
+                     "2h, 3d, 1w) or a date (2026-11-30, 2026-11-30T14:00).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as a JSON list.")] = False,
     trace: TraceOpt = None,
 ) -> None:
@@ -120,11 +141,15 @@ def runs(
             console.print(runs_table(rows, console.width))
 
 
-@app.command()
+@app.command("show", short_help=SHORT_HELP["show"])
 def show(
-    run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="A run id or a unique prefix of one.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
-    full: Annotated[bool, typer.Option("--full", help="Show whole candidates, observations and the task.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Show whole candidates, check output, observations, "
+                                       "passages and the task.")] = False,
+    save_spec: Annotated[Path | None, typer.Option(
+        "--save-spec", parser=path_arg, metavar="FILE", show_default=False,
+        help="Write the spec the run started from and stop; `reflexa run FILE` runs its task again.")] = None,
     trace: TraceOpt = None,
 ) -> None:
     """Print one run step by step, with timestamps, its answer and how to continue it if unfinished."""
@@ -133,6 +158,13 @@ def show(
 
         store = open_store(trace, reader=True)
         record = find_run(store, run_id)
+        if save_spec is not None:
+            from ..tasks import TaskSpec
+
+            TaskSpec.from_run(record).to_file(save_spec)
+            console.print(f"spec written to {save_spec}; run it with: reflexa run {save_spec}", markup=False,
+                          highlight=False)
+            return
         if as_json:
             print(json.dumps({"run": dataclasses.asdict(record),
                               "steps": [s.to_dict() for s in store.steps(record.run_id)]}, default=str, indent=2))
@@ -140,14 +172,14 @@ def show(
         show_run(console, store, record, full=full)
 
 
-@app.command("ui")
+@app.command("ui", short_help=SHORT_HELP["ui"])
 def ui_cmd(
     trace: Annotated[str | None, typer.Option("--trace", metavar="FILE", show_default=False, help="The SQLite "
                      "trace file to show. Default: $REFLEXA_TRACE, else trace.db in the user data folder.")] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on. Anything but a loopback address shows "
-                                      "every prompt and answer in the trace to the network, with no password.")
-                    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8765,
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on. Anything but a loopback address "
+                                      "shows every prompt and answer in the trace to the network, with no "
+                                      "password.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, metavar="PORT", help="Port; 0 picks a free one.")] = 8765,
 ) -> None:
     """A web trace viewer over the store, read-only: runs, steps, diffs, lessons, citations, live runs."""
     with clean_errors():
@@ -164,7 +196,7 @@ def ui_cmd(
               on_ready=lambda url: print(f"reflexa ui: {url} (trace {path}, read-only; Ctrl-C stops)", flush=True))
 
 
-@app.command()
+@app.command("models", short_help=SHORT_HELP["models"])
 def models(
     as_json: Annotated[bool, typer.Option("--json", help="Print backends and local models as JSON.")] = False,
 ) -> None:

@@ -132,10 +132,11 @@ class View:
         status = "[green]ok[/green]" if s.status == "ok" else f"[red]failed: {escape(s.error or '')}[/red]"
         cached = " [dim](cached)[/dim]" if s.cached else ""
         self.console.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
-        if self.lines is None:  # --full: which passages, and where from
+        if self.lines is None:  # --full: which passages, where from, and what they say
             for passage in s.passages:
                 self.console.print(f"    [dim]{escape(passage.id)}[/dim] {escape(passage.title)} — "
                                    f"{escape(passage.source)}", highlight=False)
+                self.console.print(f"      [dim]{escape(passage.snippet)}[/dim]", highlight=False)
 
     def audited(self, step: Step, a: Audited) -> None:
         checked = a.signal.ok and a.signal.score == 1.0  # ✓ only when something was cited and checked

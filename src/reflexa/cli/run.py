@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import ConfigError
+from ..types import StopReason
 from .common import clean_errors, console, errors, exit_code, find_run, open_store
 from .inputs import check_out, read_task, where_best_goes, write_out
 from .options import ModelOpt, Shared, TraceOpt, option, path_arg, run_command
@@ -34,7 +35,8 @@ SchemaOpt = Annotated[Path | None, option("FILE", "A JSON schema the candidate (
 JudgeOpt = Annotated[bool | None, option(None, "Add an LLM judge (subjective: alone, it never makes a run PASSED).",
                                          names=("--judge",))]
 OutOpt = Annotated[Path | None, option(
-    "FILE", "The candidate's file (default solution.py); the best candidate is written there at the end.",
+    "FILE", "Where the best candidate is written at the end; checks see it under this name (without --out: "
+    "solution.py, and no file is written).",
     path=True, names=("--out", "-o"))]
 TimeoutOpt = Annotated[float | None, option("SECONDS", "Seconds each check may run (default 10).", min=0.1, max=3600)]
 AttemptsOpt = Annotated[int | None, option("N", "Attempts at most (default 3).", min=1)]
@@ -168,7 +170,7 @@ def execute(spec: TaskSpec, out: Output, *, trace: str | None, experience: bool,
     result = run_cli(session, tracker, lambda: spec.run(session, resume=resume), out)
     if target is not None:
         _write_best(result, target, existed=existed, out=out)
-    if spec.loop != "refine" and not (out.json or out.jsonl) and result.output:
+    if spec.loop != "refine" and not (out.json or out.jsonl or out.quiet) and result.output:
         console.rule("answer")  # research's output carries its references, built from the evidence
         console.print(result.output, highlight=False, markup=False)
     return result
@@ -265,7 +267,7 @@ def finish(result: Result, out: Output) -> NoReturn:
         console.print(summary_line(result), highlight=False, soft_wrap=True)
     else:
         print_summary(console, result)
-    if result.error and out.quiet:
+    if result.error and out.quiet and result.stop_reason is not StopReason.AWAITING_APPROVAL:  # no failure
         errors.print(f"[bold red]error:[/bold red] {escape(result.error)}", highlight=False)
     raise typer.Exit(exit_code(result.stop_reason))
 
@@ -306,7 +308,9 @@ def _resumable(record: Any) -> None:
 
     short = record.run_id[:12]
     if record.status == "finished":
-        raise ConfigError(f"run {short} already finished ({record.stop_reason})")
+        raise ConfigError(f"run {short} already finished ({record.stop_reason})",
+                          hint=f"run its task again (a budget flag gives it more): reflexa show {short} --save-spec "
+                          "task.json && reflexa run task.json")
     if "parent" in record.meta:
         raise ConfigError(f"run {short} is part of run {str(record.meta['parent'])[:12]} (a plan or trials run)",
                           hint=f"resume that run: reflexa resume {str(record.meta['parent'])[:12]}")
