@@ -459,6 +459,13 @@ def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_then_salvag
     assert any("unusable" in note for note in result.notes)
 
 
+def test_a_draft_unusable_twice_with_nothing_to_salvage_is_unrecoverable_not_an_error(docs):
+    """It ended ERROR (exit 1), which says a server is down or reflexa has a bug."""
+    model = ScriptedModel(["I think it is Paris.", "Paris, I said."])
+    result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "unusable twice" in result.error
+
+
 def test_a_reply_cut_off_in_a_loop_is_not_asked_again(docs):
     loop = "".join(f"If the year is {1980 + n}, search for the name in the table. " for n in range(120))
     model = ScriptedModel([json.dumps(draft(loop, missing=["more information"]))] * 2)
