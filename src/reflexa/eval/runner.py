@@ -127,7 +127,7 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
     except ReflexaError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug in a check or in reflexa: the row says so, the eval goes on
-        outcome = Outcome(stop_reason="ERROR", error=f"{type(exc).__name__}: {exc}"[:500])
+        outcome = StrategyRun(stop_reason="ERROR", error=f"{type(exc).__name__}: {exc}"[:500])
     # The strategy's own time, with what its shared calls took when they were made; scoring is not counted.
     seconds = time.monotonic() - started + ledger.seconds
     passed = scored(task, outcome.answer, outcome.visible)
@@ -143,7 +143,7 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
 
 
 @dataclass(slots=True)
-class Outcome:
+class StrategyRun:
     """What a strategy did on a task, before scoring."""
 
     answer: str | None = None
@@ -167,7 +167,7 @@ class Outcome:
         self.run_ids.append(result.run_id)
         self.samples += 1
 
-    def then(self, sample: Outcome) -> None:
+    def then(self, sample: StrategyRun) -> None:
         """A resample's next sample: its cost adds to the others', its answer replaces the last one's."""
         self.tokens, self.calls, self.samples = self.tokens + sample.tokens, self.calls + sample.calls, self.samples + 1
         self.run_ids += sample.run_ids
@@ -188,11 +188,11 @@ def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger
                    reflector_model=model(reflector) if reflector else None)
 
 
-def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | None = None) -> Outcome:
+def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | None = None) -> StrategyRun:
     """One run of `spec` (of the naive loop `naive` on it, when given)."""
     result = spec.run(session, meta=meta) if naive is None else run_naive(naive, spec, session, meta)
     visible = result.stop_reason.value == "PASSED" or bool(result.details.get("visible"))
-    outcome = Outcome(answer=result.best or result.output, visible=visible, stop_reason=result.stop_reason.value,
+    outcome = StrategyRun(answer=result.best or result.output, visible=visible, stop_reason=result.stop_reason.value,
                       error=result.error)
     outcome.add(result)
     if spec.loop == "refine":
@@ -205,12 +205,12 @@ def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | N
 
 
 def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[str, Any],
-              budget: int | None) -> Outcome:
+              budget: int | None) -> StrategyRun:
     """Fresh one-attempt samples until one passes the visible checks, K are spent, or (budget-matched)
     the tokens reach `budget`; the last sample's answer stands when none passes. Each sample runs under
     what is left of `budget`, so the last one's reply is cut there (a cut reply is no answer): the strategy
     spends `budget`, plus at most the last call's prompt, which a token budget cannot cut."""
-    outcome = Outcome()
+    outcome = StrategyRun()
     samples = strategy.samples or MAX_SAMPLES
     for index in range(samples):
         if budget is not None and outcome.tokens >= budget:

@@ -78,8 +78,8 @@ def default_threads() -> int:
     the core count, one other busy process stalls all of them. Qwen2.5-Coder-0.5B on two cores with one
     other process busy: 23.1 tok/s with one thread, 0.3 with two; with two others busy, 11.8 against 0.2
     (bench/speed/threads.py). On an idle machine one thread gives up about a third of the speed
-    (29.4 against 43.8 tok/s, measured earlier on the same kind of machine): a small price next to a 70x
-    collapse. Set $REFLEXA_THREADS or `threads = N` to use every core on a machine kept idle.
+    (29.4 against 43.8 tok/s; bench/README.md, speed probes): a small price next to a 70x collapse. Set
+    $REFLEXA_THREADS or `threads = N` to use every core on a machine kept idle.
     """
     return max(1, usable_cores() - 1)
 

@@ -99,7 +99,7 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         # Such a signal says what a lesson would, whatever check wrote it. On the default model a lesson on a
         # failing assert that names the value converts no more HumanEval problems than the signal alone, for
         # 1.3x the tokens per solved problem, and lessons on crashes that name their line convert none
-        # (bench/README.md, Experiments, the harness before reflexa eval).
+        # (bench/README.md, Experiments).
         return Classification(Decision.RULE, "the failure names its cause: revise with it", Repair("revise"))
     if code is ErrorCode.UNCITED:
         return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
