@@ -1,6 +1,7 @@
 """The Python API forgives a newcomer: a plain function is a check, any check may pinpoint its failure, every
 loop's first argument is `task`, and the test model answers each role from its own script."""
 
+import functools
 import inspect
 import json
 
@@ -9,6 +10,7 @@ import pytest
 from reflexa import (
     ConfigError,
     ModelError,
+    RegexCheck,
     ScriptedModel,
     Session,
     Signal,
@@ -88,6 +90,39 @@ def test_a_check_function_returning_something_else_is_a_clear_error():
         refine("t", [lambda c: 1], session=Session(model=ScriptedModel([GOOD])))
 
 
+@pytest.mark.parametrize(("given", "error"), [
+    (42, "not a check: 42"),
+    (RegexCheck, "RegexCheck is a class, not a check"),
+    ([RegexCheck], "RegexCheck is a class, not a check"),
+    (lambda: True, "does not take one argument"),
+])
+def test_what_is_no_check_is_refused_before_any_call(given, error):
+    model = ScriptedModel([GOOD])
+    with pytest.raises(ConfigError, match=error):
+        refine("t", given, session=Session(model=model))
+    assert model.prompts == []
+
+
+def test_an_async_check_is_refused_and_a_wrapped_one_is_called_as_it_is_given():
+    async def later(candidate):
+        return True
+
+    with pytest.raises(ConfigError, match="is async"):
+        refine("t", later, session=Session(model=ScriptedModel([GOOD])))
+
+    def with_the_sum(check):
+        @functools.wraps(check)
+        def checked(candidate):
+            return check(candidate, 5)
+        return checked
+
+    @with_the_sum
+    def adds_to(candidate, total):
+        return "a + b" in candidate and total == 5
+
+    assert refine("t", adds_to, session=Session(model=ScriptedModel([GOOD]))).passed
+
+
 def _answers(answer: str) -> dict:
     return {"action": {"thought": "done", "tool": "final_answer", "args": {"answer": answer}, "confidence": 0.9}}
 
@@ -120,6 +155,31 @@ def test_react_and_plan_take_any_check_as_their_validator(validator):
     planned = plan("How many orders?", [count], tree=tree, validator=validator,
                    session=Session(model=ScriptedModel([_answers("400")])))
     assert planned.stop_reason is StopReason.PASSED
+
+
+def test_a_validator_that_raises_ends_the_run_error_and_a_check_without_subjective_serves():
+    from reflexa import tool
+
+    @tool
+    def count() -> str:
+        """How many orders there are."""
+        return "400"
+
+    def broken(answer):
+        raise RuntimeError("the validator's own bug")
+
+    with pytest.raises(RuntimeError, match="own bug"):
+        react("How many orders?", [count], validator=broken, session=Session(model=ScriptedModel([_answers("400")])))
+
+    class Minimal:
+        name = "minimal"
+
+        def run(self, candidate, context):
+            return Signal(self.name, candidate == "400" and context.task == "How many orders?")
+
+    result = react("How many orders?", [count], validator=Minimal(),
+                   session=Session(model=ScriptedModel([_answers("400")])))
+    assert result.stop_reason is StopReason.PASSED
 
 
 def test_a_subjective_check_cannot_be_a_validator():
@@ -191,5 +251,5 @@ def test_a_scripts_file_takes_a_script_per_role(tmp_path):
         ScriptedModel.from_file(path)
     for role in ("narrator", "search"):  # a search calls no model: a script for it was a TypeError
         path.write_text(json.dumps({role: []}))
-        with pytest.raises(ConfigError, match="a JSON list, or an object of scripts"):
+        with pytest.raises(ConfigError, match=f"has no such script: {role}"):
             ScriptedModel.from_file(path)

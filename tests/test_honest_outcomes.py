@@ -463,7 +463,11 @@ def test_a_draft_unusable_twice_with_nothing_to_salvage_is_unrecoverable_not_an_
     """It ended ERROR (exit 1), which says a server is down or reflexa has a bug."""
     model = ScriptedModel(["I think it is Paris.", "Paris, I said."])
     result = research("What is the capital of France?", corpus_of(docs), session=Session(model=model))
-    assert result.stop_reason is StopReason.UNRECOVERABLE and "unusable twice" in result.error
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "the draft was unusable" in result.error
+    model = ScriptedModel(["I think it is Paris.", "Paris, I said."])
+    spent = research("What is the capital of France?", corpus_of(docs), session=Session(model=model),
+                     budget=Budget(max_calls=1))  # no call left to ask again: the budget stopped it
+    assert model.calls == 1 and spent.stop_reason is StopReason.BUDGET_CALLS
 
 
 def test_a_reply_cut_off_in_a_loop_is_not_asked_again(docs):

@@ -307,13 +307,13 @@ def _resumable(record: Any) -> None:
     from .browse import BATCH_RESUME
 
     short = record.run_id[:12]
-    if record.status == "finished":
-        raise ConfigError(f"run {short} already finished ({record.stop_reason})",
-                          hint=f"run its task again (a budget flag gives it more): reflexa show {short} --save-spec "
-                          "task.json && reflexa run task.json")
     if "parent" in record.meta:
         raise ConfigError(f"run {short} is part of run {str(record.meta['parent'])[:12]} (a plan or trials run)",
                           hint=f"resume that run: reflexa resume {str(record.meta['parent'])[:12]}")
+    if record.status == "finished":
+        again = (f"run its task again: reflexa show {short} --save-spec task.json && reflexa run task.json "
+                 "(a flag such as --max-calls overrides the spec's)") if "spec" in record.meta else None
+        raise ConfigError(f"run {short} already finished ({record.stop_reason})", hint=again)
     if "batch" in record.meta:
         raise ConfigError(f"run {short} is task {record.meta.get('batch_task')} of a batch", hint=BATCH_RESUME)
 

@@ -16,7 +16,7 @@ from typing import Literal
 from ..errors import ConfigError
 from ..files import file_uri
 from ..types import ErrorCode, Signal
-from .checks import CheckContext, CheckLike, as_check
+from .checks import CheckContext, CheckLike, FunctionCheck, as_check, said_signal
 
 Validator = Callable[[str], str | None]
 """Checks a final answer against the world: None when it holds, else what is wrong."""
@@ -114,20 +114,25 @@ def regex_validator(pattern: str) -> Validator:
     return lambda answer: None if regex.search(answer) else f"the answer does not match /{pattern}/"
 
 
-def as_validator(given: Validator | CheckLike) -> Validator:
-    """A final answer's check as a caller may give it: a Validator (None holds, a string says what is
-    wrong), a plain function returning a bool, a string, a Signal or None, or an objective `Check`. A
-    subjective check (an LLM judge) is refused: it could not make an answer PASSED."""
+def as_validator(given: Validator | CheckLike, task: str = "") -> Validator:
+    """A final answer's check as a caller may give it: a function of the answer (None or True when it holds,
+    else False or what is wrong: a string or a Signal, whose message is what the loop sees), or an
+    objective `Check`, run with `task` in its context. An exception the function raises is not the answer's
+    fault and ends the run ERROR, as it always has; a subjective check (an LLM judge) is refused: it could
+    not make an answer PASSED."""
     check = as_check(given)
-    if check.subjective:
+    if getattr(check, "subjective", False):
         raise ConfigError(f"the validator {check.name} is subjective",
                           hint="a final answer's validator must be an objective check")
+    if isinstance(check, FunctionCheck):
+        function, name = check.function, check.name
+        return lambda answer: _problem(said_signal(name, function(answer)))
+    context = CheckContext(task=task)
+    return lambda answer: _problem(check.run(answer, context))
 
-    def validate(answer: str) -> str | None:
-        signal = check.run(answer, CheckContext())
-        return None if signal.ok else signal.message or f"{check.name} failed"
 
-    return validate
+def _problem(signal: Signal) -> str | None:
+    return None if signal.ok else signal.message or f"{signal.source} failed"
 
 
 def all_of(validators: Sequence[Validator]) -> Validator | None:

@@ -505,66 +505,83 @@ class LLMJudge:
 
 
 class FunctionCheck:
-    """A plain function as a check: `candidate -> bool | str | Signal | None`. True or None passes; False
-    fails; a string fails and says what is wrong (the next attempt revises the candidate with it); a Signal
-    is taken as it is (with its `pinpointed` flag). An exception the function raises fails the candidate
-    (the next attempt starts fresh) and names the exception."""
+    """A plain function as a check: `candidate -> bool | str | Signal | None` (see `said_signal`). An
+    exception the function raises fails the candidate (the next attempt starts fresh) and names the
+    exception. A function that cannot take the candidate, or an async one, is refused when it is given."""
 
     subjective = False
 
     def __init__(self, function: Callable[[str], bool | str | Signal | None], name: str | None = None) -> None:
         self.function = function
         self.name = name or getattr(function, "__name__", "check").replace("<lambda>", "check")
+        hint = ("a check function is `def check(candidate: str) -> bool | str | Signal`; a Check object has "
+                "`run(candidate, context)`")
+        if inspect.iscoroutinefunction(function):
+            raise ConfigError(f"the check function {self.name} is async: a check is called, not awaited", hint=hint)
         try:
-            inspect.signature(function).bind("candidate")
+            signature = inspect.signature(function, follow_wrapped=False)
+        except (TypeError, ValueError):
+            return  # no signature to read (a builtin): called as it is
+        try:
+            signature.bind("candidate")
         except TypeError:
             raise ConfigError(f"the check function {self.name} does not take one argument, the candidate",
-                              hint="a check function is `def check(candidate: str) -> bool | str | Signal`; "
-                              "a Check object has `run(candidate, context)`") from None
-        except ValueError:
-            pass  # a builtin without a signature: called as it is
+                              hint=hint) from None
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
         try:
             said = self.function(candidate)
         except Exception as exc:  # noqa: BLE001 - a user's check that raised: the candidate fails, named
             return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{type(exc).__name__}: {exc}"[:300], score=0.0)
-        if isinstance(said, Signal):
-            return said
-        if said is None or said is True:
-            return Signal(self.name, True, score=1.0)
-        # A plain failure says nothing of how far off the candidate is: revise it with what the check said.
-        if said is False:
-            return Signal(self.name, False, ErrorCode.TEST_FAILED, f"{self.name} returned False")
-        if isinstance(said, str):
-            return Signal(self.name, False, ErrorCode.TEST_FAILED, said or f"{self.name} failed")
-        raise ConfigError(f"the check function {self.name} returned {type(said).__name__}",
-                          hint="a check function returns a bool, a str (what is wrong), a Signal or None")
+        return said_signal(self.name, said)
+
+
+def said_signal(name: str, said: object) -> Signal:
+    """What a check function's return means. True or None passes; False fails; a string fails and says what
+    is wrong (the next attempt revises the candidate with it); a Signal is taken as it is (with its
+    `pinpointed` flag). Anything else is a ConfigError: the function is wrong, not the candidate."""
+    if isinstance(said, Signal):
+        return said
+    if said is None or said is True:
+        return Signal(name, True, score=1.0)
+    # A plain failure says nothing of how far off the candidate is: revise it with what the check said.
+    if said is False:
+        return Signal(name, False, ErrorCode.TEST_FAILED, f"{name} returned False")
+    if isinstance(said, str):
+        return Signal(name, False, ErrorCode.TEST_FAILED, said or f"{name} failed")
+    raise ConfigError(f"the check function {name} returned {type(said).__name__}",
+                      hint="a check function returns a bool, a str (what is wrong), a Signal or None")
 
 
 def as_check(check: CheckLike) -> Check:
     """A check as given: a `Check` (anything with `name` and `run`), or a plain function (FunctionCheck)."""
+    if isinstance(check, type):
+        raise ConfigError(f"{check.__name__} is a class, not a check", hint=f"give an instance: {check.__name__}(...)")
     if hasattr(check, "run") and hasattr(check, "name"):
         return check  # type: ignore[return-value]
     if callable(check):
         return FunctionCheck(check)
-    raise ConfigError(f"not a check: {check!r}", hint="give a Check (PytestCheck, CommandCheck, ...) or a function "
-                      "candidate -> bool | str | Signal")
+    raise ConfigError(f"not a check: {check!r}", hint=_HINT)
 
+
+_HINT = "give a Check (PytestCheck, RegexCheck, ...), a function candidate -> bool | str | Signal, or a list of them"
 
 CheckLike = Check | Callable[[str], Any]
 """A check as a caller may give it: a `Check`, or a plain function `candidate -> bool | str | Signal | None`."""
 
 
-def as_checks(checks: CheckLike | Sequence[CheckLike]) -> list[Check]:
-    """Checks as given: one check or a sequence of them (a string is neither: it is no check, and as a
+def as_checks(checks: CheckLike | Iterable[CheckLike]) -> list[Check]:
+    """Checks as given: one check or any iterable of them (a string is neither: it is no check, and as a
     sequence it would be read letter by letter)."""
     if isinstance(checks, str | bytes):
-        raise ConfigError(f"not a check: {checks!r}", hint="give a Check (PytestCheck, RegexCheck, ...), a function "
-                          "candidate -> bool | str | Signal, or a list of them")
+        raise ConfigError(f"not a check: {checks!r}", hint=_HINT)
     if hasattr(checks, "run") or callable(checks):
         return [as_check(checks)]  # type: ignore[arg-type]
-    return [as_check(check) for check in checks]
+    try:
+        given = list(checks)
+    except TypeError:
+        raise ConfigError(f"not a check: {checks!r}", hint=_HINT) from None
+    return [as_check(check) for check in given]
 
 
 def verdict_from(signals: Sequence[Signal]) -> Verdict:

@@ -165,7 +165,7 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessi
     `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    validate = as_validator(validator) if validator is not None else None
+    validate = as_validator(validator, task) if validator is not None else None
     state = ReactState(Workspace(task))
     state.workspace.remember(list(memory))
     for lesson in lessons:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -128,7 +128,7 @@ class RefineState(Serial):
                        retried=self.attempts > 1, retry_tokens=total - self.first_attempt_tokens)
 
 
-def refine(task: str, checks: CheckLike | Sequence[CheckLike], *, session: Session | None = None,
+def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Session | None = None,
            budget: Budget = Budget(), max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback",
            reflect: bool = True, lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
            resample: Resample = "revision", family: str = "refine", meta: dict[str, Any] | None = None,

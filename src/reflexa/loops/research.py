@@ -147,10 +147,12 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
         if reply.value is None:  # even after the re-ask; a cut-off draft may still hold its answer
             s.draft = prompts.salvage(reply.text)
             s.notes.append(f"the draft was unusable: {reply.error}")
-            # A model that cannot write the draft's JSON even when asked again is no fault of a server
-            # or of reflexa (ERROR): another round would fail the same way.
-            return (Stop(StopReason.ANSWERED_UNVERIFIED) if s.draft
-                    else Stop(StopReason.UNRECOVERABLE, f"the draft was unusable twice: {reply.error}"))
+            if s.draft:
+                return Stop(StopReason.ANSWERED_UNVERIFIED)
+            # A model that cannot write the draft's JSON when asked again is no fault of a server or of
+            # reflexa (ERROR): another round would fail the same way. A budget that refused the re-ask is
+            # the budget's stop.
+            return Stop(run.budget_stop or StopReason.UNRECOVERABLE, f"the draft was unusable: {reply.error}")
         s.draft = prompts.Revision.model_validate(reply.value.model_dump())
         s.anchor = prompts.concrete_gaps(s.draft.reflection)
         ep.checkpoint(s)

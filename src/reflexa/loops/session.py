@@ -165,6 +165,9 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     except KeyboardInterrupt:
         finish(StopReason.INTERRUPTED, "interrupted by the user")
         raise RunInterrupted(run.run_id) from None
+    except ConfigError as exc:  # a user's input found wrong only as it ran (a check that returns a number)
+        finish(StopReason.ERROR, str(exc)[:500])
+        raise
     except (Exception, SystemExit) as exc:
         # A bug in reflexa, or a user's tool or check that raised (even sys.exit): the run still ends in the
         # store, never "running". Run.finish releases the lease last, so the run never looks abandoned

@@ -104,9 +104,12 @@ class ScriptedModel(Model):
             raise ConfigError(str(exc), hint=hint) from None
         if isinstance(data, list):
             return cls(data)
-        if not isinstance(data, dict) or not data or not set(data) <= {"replies", "delay", *ROLES}:
+        if not isinstance(data, dict) or not data:
             raise ConfigError(f"scripted replies file must hold a JSON list, or an object of scripts: {path}",
                               hint=hint)
+        if unknown := sorted(set(data) - {"replies", "delay", *ROLES}):
+            raise ConfigError(f"scripted replies file {path} has no such script: {', '.join(unknown)}",
+                              hint=f"its keys are replies, delay and a script per role: {', '.join(ROLES)}")
         delay = data.get("delay", 0.0)
         if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
             raise ConfigError(f"scripted delay must be a number of seconds, 0 or more: {path}", hint=hint)
