@@ -83,6 +83,8 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
                      "line 13: out: must name a file"):
         assert expected in message
     assert "line 1:" not in message and "line 6:" not in message
+    bad_flag = CliRunner().invoke(app, ["batch", str(path), "--loop", "bogus"])  # the flag, not a line, is wrong
+    assert bad_flag.exit_code == 2 and "--loop must be one of" in bad_flag.output and "line" not in bad_flag.output
 
 
 def test_blank_checks_broken_test_code_and_a_query_that_cannot_run_are_rejected_up_front(tmp_path):

@@ -81,10 +81,13 @@ def batch(
 ) -> None:
     """Run every task of a JSON Lines file with concurrent workers on one store; the same command again
     skips finished tasks and resumes interrupted ones. Exit 0 when every task passed (docs/batch.md)."""
+    from ..tasks.spec import LOOPS
     from ..trace.sqlite import default_path
     from ..trace.store import trace_env
 
     with clean_errors():
+        if loop not in LOOPS:
+            raise ConfigError(f"--loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         if executor not in ("local", "async", "ray"):
             raise ConfigError(f"--executor must be local, async or ray, not {executor!r}")
         if address is not None and executor != "ray":
