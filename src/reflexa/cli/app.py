@@ -36,7 +36,7 @@ SHORT_HELP = {
     "refine": "Generate, check and revise until the checks pass.",
     "react": "Answer a question with tools, reflecting on failures.",
     "trials": "Run react trials, each starting from the lessons so far.",
-    "research": "Answer from evidence: every claim cited or marked.",
+    "research": "Answer from evidence: every claim cited [n] or uncertain.",
     "plan": "Break a goal into sub-goals and run each in order.",
     "run": "Run a task spec file, of any loop.",
     "resume": "Continue a killed or interrupted run.",
