@@ -83,8 +83,6 @@ def test_a_bad_tasks_file_is_rejected_whole_with_line_numbers(tmp_path):
                      "line 13: out: must name a file"):
         assert expected in message
     assert "line 1:" not in message and "line 6:" not in message
-    bad_flag = CliRunner().invoke(app, ["batch", str(path), "--loop", "bogus"])  # the flag, not a line, is wrong
-    assert bad_flag.exit_code == 2 and "--loop must be one of" in bad_flag.output and "line" not in bad_flag.output
 
 
 def test_blank_checks_broken_test_code_and_a_query_that_cannot_run_are_rejected_up_front(tmp_path):
@@ -139,7 +137,7 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path):
     assert result.exit_code == 2 and "line 1: a react task needs tools" in result.output
     assert "Traceback" not in result.output
     result = CliRunner().invoke(app, ["batch", str(path), "--loop", "nope"])
-    assert result.exit_code == 2 and "loop: Input should be" in result.output
+    assert result.exit_code == 2 and "--loop must be one of" in result.output
     result = CliRunner().invoke(app, ["batch", str(tmp_path / "none.jsonl"), "--loop", "refine"])
     assert result.exit_code == 2 and "tasks file not found" in result.output
 

@@ -161,9 +161,7 @@ def show(
         if save_spec is not None:
             from ..tasks import TaskSpec
 
-            TaskSpec.from_run(record).to_file(save_spec)
-            console.print(f"spec written to {save_spec}; run it with: reflexa run {save_spec}", markup=False,
-                          highlight=False)
+            run.save_spec(TaskSpec.from_run(record), save_spec)
             return
         if as_json:
             print(json.dumps({"run": dataclasses.asdict(record),

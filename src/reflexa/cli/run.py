@@ -152,13 +152,17 @@ def run_spec(build: Any, shared: Shared) -> None:
         _out_target(spec, shared.trace)  # an --out that would overwrite an input is named first
         spec = spec.checked()
         if shared.save_spec is not None:
-            spec.to_file(shared.save_spec)
-            console.print(f"spec written to {shared.save_spec}; run it with: reflexa run {shared.save_spec}",
-                          markup=False, highlight=False)
+            save_spec(spec, shared.save_spec)
             return
         experience = shared.experience if shared.experience is not None else EXPERIENCE_DEFAULT.get(spec.loop, False)
         result = execute(spec, out, trace=shared.trace, experience=experience)
     finish(result, out)
+
+
+def save_spec(spec: TaskSpec, path: Path) -> None:
+    """Write `spec` to `path` and say how to run it."""
+    spec.to_file(path)
+    console.print(f"spec written to {path}; run it with: reflexa run {path}", markup=False, highlight=False)
 
 
 def execute(spec: TaskSpec, out: Output, *, trace: str | None, experience: bool, resume: str | None = None

@@ -114,12 +114,14 @@ def regex_validator(pattern: str) -> Validator:
     return lambda answer: None if regex.search(answer) else f"the answer does not match /{pattern}/"
 
 
-def as_validator(given: Validator | CheckLike, task: str = "") -> Validator:
+def as_validator(given: Validator | CheckLike | None, task: str = "") -> Validator | None:
     """A final answer's check as a caller may give it: a function of the answer (None or True when it holds,
     else False or what is wrong: a string or a Signal, whose message is what the loop sees), or an
     objective `Check`, run with `task` in its context. An exception the function raises is not the answer's
     fault and ends the run ERROR, as it always has; a subjective check (an LLM judge) is refused: it could
-    not make an answer PASSED."""
+    not make an answer PASSED. None stays None: no validator."""
+    if given is None:
+        return None
     check = as_check(given)
     if getattr(check, "subjective", False):
         raise ConfigError(f"the validator {check.name} is subjective",

@@ -218,8 +218,8 @@ def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessio
                                                  search=search is not None)
     # A unit's run carries the plan's labels (a batch's), not the plan's own spec: it is no plan to resume.
     child_meta = {key: value for key, value in (meta or {}).items() if key != "spec"}
-    ctx = Context(session, registry, given, max_steps, as_validator(validator, task) if validator is not None else None,
-                  db_path, search, replan, child_meta)
+    ctx = Context(session, registry, given, max_steps, as_validator(validator, task), db_path, search, replan,
+                  child_meta)
     run_meta = {"max_steps": max_steps, **({"tree": given.model_dump()} if given else {}), **(meta or {})}
     return run_loop(session, "plan", task, PlanState(task, list(facts)), lambda ep, s: _plan(ep, s, ctx),
                     budget=budget, bound=max_subgoals, cut="reflections", reflect=False, meta=run_meta,

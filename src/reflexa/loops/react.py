@@ -31,6 +31,7 @@ from .session import Episode, Outcome, Session, run_loop
 MAX_STEPS = 8
 """Steps a react run takes at most by default."""
 
+
 @dataclass(slots=True)
 class ToolCall(Serial):
     """Call a tool with arguments."""
@@ -165,7 +166,7 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessi
     `memory` is outside facts kept in view (see Workspace.memory).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-    validate = as_validator(validator, task) if validator is not None else None
+    validate = as_validator(validator, task)
     state = ReactState(Workspace(task))
     state.workspace.remember(list(memory))
     for lesson in lessons:
