@@ -275,3 +275,20 @@ def test_a_plan_s_sub_goal_runs_are_listed_under_it_with_the_plan_s_own_tokens(s
     assert [(row.record.run_id, row.child) for row in rows][0] == (result.run_id, False)
     assert [row.child for row in rows] == [False, True, True]
     assert rows[0].tokens == cli_tokens  # the viewer shows the plan's own total, children included
+
+
+def test_show_fits_80_columns_with_its_timestamps(tmp_path):
+    """A step's time was printed before its rule, which then ran 9 columns past the width."""
+    from rich.console import Console
+
+    from reflexa import ScriptedModel, Session, refine
+    from reflexa.cli.browse import show_run
+
+    store = SQLiteStore(tmp_path / "t.db")
+    wrong = "```python\ndef add(a, b):\n    return a - b\n```"
+    model = ScriptedModel(generator=[wrong, RIGHT], reflector=["not a lesson: it is discarded, at length " * 3])
+    result = refine("Write add(a, b).", lambda c: "a + b" in c, session=Session(model=model, store=store))
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115 - a sink
+    show_run(console, store, store.get_run(result.run_id), full=False)
+    lines = console.export_text().splitlines()
+    assert any("attempt 2" in line for line in lines) and max(len(line) for line in lines) <= 80

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.markup import escape
 from rich.spinner import Spinner as RichSpinner
@@ -69,14 +69,27 @@ class View:
         self.verbose = verbose
         self.lines: int | None = None if full else SNIPPET_LINES
         self.timestamps = timestamps
+        self.stamp = ""
+        """The step's time, not yet shown: it leads the step's first line or rule, wrapped with it."""
+
+    def print(self, text: str | RenderableType, **options: Any) -> None:
+        """One line (or renderable) of a step; the step's time leads its first line."""
+        if self.stamp and isinstance(text, str):
+            text, self.stamp = f"[dim]{self.stamp}[/dim]{text}", ""
+        self.console.print(text, **options)
+
+    def rule(self, title: str) -> None:
+        """A rule across the width, titled, with the step's time in the title."""
+        self.console.rule(f"{self.stamp}{title}")
+        self.stamp = ""
 
     def step(self, step: Step) -> None:
         """One stored step, as it happens (live) or from the store (`show`)."""
         data = step.payload()
-        if self.timestamps and not isinstance(data, ModelCall | Checkpoint):
-            self.console.print(f"[dim]{datetime.fromtimestamp(step.ended_at):%H:%M:%S}[/dim] ", end="")
+        show_time = self.timestamps and not isinstance(data, ModelCall | Checkpoint)
+        self.stamp = f"{datetime.fromtimestamp(step.ended_at):%H:%M:%S} " if show_time else ""
         if data is None:  # a step kind this version does not know, or an older shape of a known one
-            self.console.print(f"[dim]{escape(step.kind)}: {escape(json.dumps(step.output, default=str)[:300])}[/dim]")
+            self.print(f"[dim]{escape(step.kind)}: {escape(json.dumps(step.output, default=str)[:300])}[/dim]")
             return
         RENDERERS[type(data)](self, step, data)
 
@@ -85,102 +98,102 @@ class View:
             u = step.usage
             problem = f", {'call failed' if c.failed else 'invalid reply'}: {escape(c.error)}" if c.error else ""
             on = f" on {escape(c.model)}" if c.model else ""  # a reflector on its own model
-            self.console.print(f"[dim]#{step.step_id} {step.role} call{on}: {u.input_tokens} in, "
-                               f"{u.output_tokens} out, finish={c.finish_reason}{problem}[/dim]")
+            self.print(f"[dim]#{step.step_id} {step.role} call{on}: {u.input_tokens} in, "
+                       f"{u.output_tokens} out, finish={c.finish_reason}{problem}[/dim]")
 
     def attempt(self, step: Step, a: Attempt) -> None:
-        self.console.rule(f"attempt {a.iteration}" + (" (revision)" if a.revising else ""))
+        self.rule(f"attempt {a.iteration}" + (" (revision)" if a.revising else ""))
         if a.plan:
-            self.console.print(f"[dim]{escape(_snippet(a.plan, 4))}[/dim]")
-        self.console.print(escape(_snippet(a.candidate or "(empty)", self.lines)))
+            self.print(f"[dim]{escape(_snippet(a.plan, 4))}[/dim]")
+        self.print(escape(_snippet(a.candidate or "(empty)", self.lines)))
 
     def checked(self, step: Step, c: Checked) -> None:
         status = c.verdict.status
-        self.console.print(f"verdict: [{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
-                           + (" [dim](subjective)[/dim]" if c.verdict.subjective else ""))
+        self.print(f"verdict: [{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
+                   + (" [dim](subjective)[/dim]" if c.verdict.subjective else ""))
         for signal in c.verdict.signals:
-            self.console.print(_signal_line(signal))
+            self.print(_signal_line(signal))
             if self.lines is None and not signal.ok and signal.evidence:  # --full: the output behind the message
-                self.console.print(f"[dim]{escape(signal.evidence)}[/dim]", highlight=False)
+                self.print(f"[dim]{escape(signal.evidence)}[/dim]", highlight=False)
 
     def decided(self, step: Step, d: Decided) -> None:
         labels = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}
         label = labels.get(d.decision, d.decision)
-        self.console.print(f"[cyan]{label}[/cyan] ({escape(d.reason)})")
+        self.print(f"[cyan]{label}[/cyan] ({escape(d.reason)})")
         if d.lesson:
-            self.console.print(f"  [cyan]mismatch[/cyan]: {escape(d.lesson.observed_mismatch)}\n"
-                               f"  [cyan]cause[/cyan]: {escape(d.lesson.root_cause)}\n"
-                               f"  [cyan]correction[/cyan]: {escape(d.lesson.correction)}")
+            self.print(f"  [cyan]mismatch[/cyan]: {escape(d.lesson.observed_mismatch)}\n"
+                       f"  [cyan]cause[/cyan]: {escape(d.lesson.root_cause)}\n"
+                       f"  [cyan]correction[/cyan]: {escape(d.lesson.correction)}")
         if d.repair:
-            self.console.print(f"  [cyan]repair[/cyan]: {escape(d.repair.kind)} {escape(json.dumps(d.repair.args))}")
+            self.print(f"  [cyan]repair[/cyan]: {escape(d.repair.kind)} {escape(json.dumps(d.repair.args))}")
 
     def acted(self, step: Step, a: Acted) -> None:
         mark = "[green]✓[/green]" if a.ok else f"[red]✗ {a.code}[/red]"
         replay = " [dim](replayed, not run again)[/dim]" if a.replayed else ""
         if a.superseded:
             replay = " [dim](differs from the call recorded before the resume: run as a new call)[/dim]"
-        self.console.print(f"[bold]step {a.step}[/bold] {escape(a.thought)}\n  {escape(a.action)} {mark}{replay}\n"
-                           f"  [dim]{escape(_snippet(a.observation, 6 if self.lines else None))}[/dim]")
+        self.print(f"[bold]step {a.step}[/bold] {escape(a.thought)}\n  {escape(a.action)} {mark}{replay}\n"
+                   f"  [dim]{escape(_snippet(a.observation, 6 if self.lines else None))}[/dim]")
 
     def queries(self, step: Step, q: Queries) -> None:
         for query in q.run:
-            self.console.print(f"[cyan]search[/cyan] {escape(query)}")
+            self.print(f"[cyan]search[/cyan] {escape(query)}")
         for rejection in q.rejected:
-            self.console.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
+            self.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
 
     def searched(self, step: Step, s: Searched) -> None:
         status = "[green]ok[/green]" if s.status == "ok" else f"[red]failed: {escape(s.error or '')}[/red]"
         cached = " [dim](cached)[/dim]" if s.cached else ""
-        self.console.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
+        self.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
         if self.lines is None:  # --full: which passages, where from, and what they say
             for passage in s.passages:
-                self.console.print(f"    [dim]{escape(passage.id)}[/dim] {escape(passage.title)} — "
-                                   f"{escape(passage.source)}", highlight=False)
-                self.console.print(f"      [dim]{escape(passage.snippet)}[/dim]", highlight=False)
+                self.print(f"    [dim]{escape(passage.id)}[/dim] {escape(passage.title)} — "
+                           f"{escape(passage.source)}", highlight=False)
+                self.print(f"      [dim]{escape(passage.snippet)}[/dim]", highlight=False)
 
     def audited(self, step: Step, a: Audited) -> None:
         checked = a.signal.ok and a.signal.score == 1.0  # ✓ only when something was cited and checked
         mark = "[green]✓[/green]" if checked else ("[yellow]–[/yellow]" if a.signal.ok else "[red]✗[/red]")
-        self.console.print(f"citation audit {mark} {escape(a.signal.message)}")
+        self.print(f"citation audit {mark} {escape(a.signal.message)}")
 
     def trial(self, step: Step, t: Trial) -> None:
-        self.console.rule(f"trial {t.trial}: {t.stop_reason}")
+        self.rule(f"trial {t.trial}: {t.stop_reason}")
 
     def note(self, step: Step, n: Flag | NoProgress | RepairChosen) -> None:
-        self.console.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
+        self.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
     def plan_made(self, step: Step, p: PlanMade) -> None:
         if p.errors:
-            self.console.print(f"[magenta]planner re-asked[/magenta]: {escape('; '.join(p.errors))}")
+            self.print(f"[magenta]planner re-asked[/magenta]: {escape('; '.join(p.errors))}")
         if p.checkpoint is not None:
-            self.console.rule(f"goal tree ({p.source})")
-            self.console.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
+            self.rule(f"goal tree ({p.source})")
+            self.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
 
     def plan_rejected(self, step: Step, p: PlanRejected) -> None:
-        self.console.rule("goal tree rejected")
+        self.rule("goal tree rejected")
         if p.tree is not None:
-            self.console.print(plan_tree(p.tree, []))
+            self.print(plan_tree(p.tree, []))
         for error in p.errors:
-            self.console.print(f"  [red]✗[/red] {escape(error)}")
+            self.print(f"  [red]✗[/red] {escape(error)}")
 
     def unit_status(self, step: Step, u: UnitStatus) -> None:
         mark, style = UNIT_MARKS.get(u.status, ("·", "dim"))
         said = f": {escape(u.answer[:200])}" if u.answer and u.status in ("passed", "answered") else ""
         why = f" — {escape(u.reason[:200])}" if u.reason and u.status not in ("passed", "answered") else ""
-        self.console.print(f"[{style}]{mark} {escape(u.name)} {u.status}[/]{said}{why}")
+        self.print(f"[{style}]{mark} {escape(u.name)} {u.status}[/]{said}{why}")
 
     def propagated(self, step: Step, p: Propagated) -> None:
         c = p.lesson.control
         what = f"{c.kind} {c.tool}" + (f"({c.arg}={c.value!r})" if c and c.arg else "") if c else "lesson"
-        self.console.print(f"[cyan]propagated from {escape(p.origin)}[/cyan]: {escape(what)} — "
-                           f"{escape(p.lesson.correction)}")
+        self.print(f"[cyan]propagated from {escape(p.origin)}[/cyan]: {escape(what)} — "
+                   f"{escape(p.lesson.correction)}")
 
     def checkpoint(self, step: Step, c: Checkpoint) -> None:
         pass  # state for a resume, not for reading
 
     def stop(self, step: Step, s: Stop) -> None:
         style = STOP_STYLE.get(s.stop_reason, "bold red")
-        self.console.print(f"stop: [{style}]{s.stop_reason}[/]" + (f" — {escape(s.error)}" if s.error else ""))
+        self.print(f"stop: [{style}]{s.stop_reason}[/]" + (f" — {escape(s.error)}" if s.error else ""))
 
 
 RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
