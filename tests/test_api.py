@@ -19,6 +19,7 @@ from reflexa import (
     react,
     refine,
     research,
+    tool,
     trials,
 )
 from reflexa.models.scripted import ScriptedCall
@@ -69,8 +70,6 @@ def test_something_that_is_no_check_is_a_clear_error():
 
 def test_one_check_needs_no_list_and_a_string_is_no_check():
     """A lone check was iterated (`'RegexCheck' object is not iterable`), a string read letter by letter."""
-    from reflexa import RegexCheck
-
     assert refine("t", RegexCheck("a \\+ b"), session=Session(model=ScriptedModel([GOOD]))).passed
     assert refine("t", adds, session=Session(model=ScriptedModel([GOOD]))).passed
     with pytest.raises(ConfigError, match="not a check: 'x'"):
@@ -127,6 +126,12 @@ def _answers(answer: str) -> dict:
     return {"action": {"thought": "done", "tool": "final_answer", "args": {"answer": answer}, "confidence": 0.9}}
 
 
+@tool
+def count() -> str:
+    """How many orders there are."""
+    return "400"
+
+
 @pytest.mark.parametrize("validator", [
     lambda answer: answer == "400",
     lambda answer: Signal("mine", answer == "400", None if answer == "400" else ErrorCode.NO_MATCH, "not 400"),
@@ -136,14 +141,7 @@ def _answers(answer: str) -> dict:
 def test_react_and_plan_take_any_check_as_their_validator(validator):
     """react's validator took only `answer -> str | None`: a bool crashed with AttributeError, a Check was
     not callable."""
-    from reflexa import RegexCheck, tool
-
     validator = RegexCheck("^400$") if validator == "regex" else validator
-
-    @tool
-    def count() -> str:
-        """How many orders there are."""
-        return "400"
 
     passed = react("How many orders?", [count], validator=validator, session=Session(model=ScriptedModel(
         [_answers("400")])))
@@ -158,13 +156,6 @@ def test_react_and_plan_take_any_check_as_their_validator(validator):
 
 
 def test_a_validator_that_raises_ends_the_run_error_and_a_check_without_subjective_serves():
-    from reflexa import tool
-
-    @tool
-    def count() -> str:
-        """How many orders there are."""
-        return "400"
-
     def broken(answer):
         raise RuntimeError("the validator's own bug")
 
