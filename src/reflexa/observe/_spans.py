@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from .. import __version__
+from .._version import __version__
 
 EVENT_LIMIT = 128
 """Events kept on one run span (the SDK's default limit): a long run's later decisions are dropped."""
