@@ -211,5 +211,5 @@ def test_a_batch_task_that_waits_is_not_done_and_a_rerun_after_approval_resumes_
     assert approved.exit_code == 0 and "run the batch again" in approved.output
     script.write_text(json.dumps([act("final_answer", answer="paid")]))  # the same batch: the same model spec
     second = run_batch(tmp_path / "tasks.jsonl", "react", store=trace, model=f"scripted:{script}")
-    assert (second.batch_id, second.done, second.remaining) == (first.batch_id, 1, 0)
+    assert (second.ident, second.done, second.remaining) == (first.ident, 1, 0)
     assert (tmp_path / "effects.log").read_text() == "3"

@@ -13,12 +13,13 @@ import pytest
 from _pg import pg_server  # noqa: F401 - a fixture
 from typer.testing import CliRunner
 
-from reflexa.batch import read_tasks, run_batch
-from reflexa.batch.results import ResultsFile
+from reflexa.batch import run_batch
 from reflexa.cli.app import app
 from reflexa.errors import ConfigError
+from reflexa.executors.rows import ResultsFile
 from reflexa.models.base import Generation, Model
 from reflexa.models.limit import LimitedModel
+from reflexa.tasks import read_tasks
 from reflexa.trace import open_store
 
 GOOD = "```\nGOOD\n```"
@@ -146,7 +147,7 @@ def test_paths_are_relative_to_the_tasks_file(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "test_it.py").write_text("from solution import f\n\n\ndef test_x():\n    assert f\n")
     (task,) = read_tasks(write_tasks(tmp_path / "sub", [{"task": "t", "tests": "test_it.py"}]), "refine")
-    assert task.spec.tests == str((tmp_path / "sub" / "test_it.py").resolve()) and task.key == "line-1"
+    assert task.spec.checks["tests"] == str((tmp_path / "sub" / "test_it.py").resolve()) and task.key == "line-1"
     assert task.spec.workdir == str((tmp_path / "sub").resolve())
 
 
@@ -162,13 +163,13 @@ def test_a_batch_runs_every_task_once_and_a_rerun_skips_them(tmp_path):
     assert (state.done, state.passed, state.failed, state.remaining) == (12, 12, 0, 0) and seen[-1] == 12
     out = rows(tmp_path / "tasks.results.jsonl")
     assert sorted(r["key"] for r in out) == sorted(f"t{i}" for i in range(12))
-    assert all(r["passed"] and r["batch"] == state.batch_id and r["meta"]["n"] == int(r["key"][1:]) for r in out)
+    assert all(r["passed"] and r["batch"] == state.ident and r["meta"]["n"] == int(r["key"][1:]) for r in out)
     again = run_batch(path, "refine", store=trace, model=model, concurrency=4)
-    assert (again.batch_id, again.skipped, again.done) == (state.batch_id, 12, 0)
+    assert (again.ident, again.skipped, again.done) == (state.ident, 12, 0)
     assert len(rows(tmp_path / "tasks.results.jsonl")) == 12
-    assert runs_per_task(trace, state.batch_id) == {f"t{i}": 1 for i in range(12)}
+    assert runs_per_task(trace, state.ident) == {f"t{i}": 1 for i in range(12)}
     other = run_batch(path, "refine", store=trace, model=model, budget={"max_calls": 5})  # other options: a new batch
-    assert other.batch_id != state.batch_id and other.done == 12
+    assert other.ident != state.ident and other.done == 12
 
 
 def test_a_run_that_fails_is_a_result_and_the_exit_code_says_so(tmp_path):
@@ -387,11 +388,11 @@ def test_every_task_of_a_batch_reflects_on_the_reflector_model(tmp_path, executo
 
 
 def test_a_named_model_is_no_file_and_a_reflector_equal_to_the_model_is_none(tmp_path):
-    from reflexa.batch.runner import _check_backend
+    from reflexa.executors.worker import check_model_spec
 
-    _check_backend("local:qwen1.5b")  # its name has a "suffix", but it is a named model, not a path
+    check_model_spec("local:qwen1.5b")  # its name has a "suffix", but it is a named model, not a path
     with pytest.raises(ConfigError, match="model file not found"):
-        _check_backend("local:missing.gguf")
+        check_model_spec("local:missing.gguf")
     model = replies(tmp_path, "gen.json", [BAD, LESSON, GOOD])
     path = write_tasks(tmp_path, [{"task": "say GOOD", "regex": "GOOD"}])
     trace = str(tmp_path / "trace.db")
@@ -399,7 +400,7 @@ def test_a_named_model_is_no_file_and_a_reflector_equal_to_the_model_is_none(tmp
     states = [run_batch(path, "refine", store=trace, model=model, reflector_model=given, experience=False)
               for given in (model, " ", None)]
     assert states[0].done == states[0].passed == 1
-    assert {s.batch_id for s in states} == {states[0].batch_id} and states[1].skipped == states[2].skipped == 1
+    assert {s.ident for s in states} == {states[0].ident} and states[1].skipped == states[2].skipped == 1
     store = open_store(trace)
     assert [r.meta.get("reflector_model_spec") for r in store.runs(10) if r.meta.get("batch")] == [None]
     store.close()

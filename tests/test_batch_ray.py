@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from _pg import pg_server  # noqa: F401 - a fixture
@@ -59,7 +60,7 @@ def test_a_killed_ray_worker_is_resumed_not_rerun(tmp_path, request, ray_tmp):
 
     def progress(state):
         if not killer:
-            killer.append(threading.Thread(target=kill_the_slow_task, args=(state.batch_id,), daemon=True))
+            killer.append(threading.Thread(target=kill_the_slow_task, args=(state.ident,), daemon=True))
             killer[0].start()
 
     state = run_batch(path, "refine", store=trace, model=replies(tmp_path, "good.json", [GOOD]), executor="ray",
@@ -70,7 +71,7 @@ def test_a_killed_ray_worker_is_resumed_not_rerun(tmp_path, request, ray_tmp):
     results = {r["key"]: r for r in rows(tmp_path / "tasks.results.jsonl")}
     assert sorted(results) == sorted(["slow", "t0", *(f"t{i}" for i in range(2, 6))])
     assert results["slow"]["run_id"] == killed[0]  # Ray's retry resumed the killed run
-    assert runs_per_task(trace, state.batch_id) == dict.fromkeys(results, 1)
+    assert runs_per_task(trace, state.ident) == dict.fromkeys(results, 1)
 
 
 def test_a_killed_ray_driver_loses_nothing_and_a_rerun_finishes(tmp_path, request, ray_tmp):
@@ -115,3 +116,47 @@ def test_an_eval_runs_its_tasks_as_ray_tasks(tmp_path, ray_tmp):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["strategies"]["single"]["solved"] == 3
     assert len(rows(out / "rows.jsonl")) == 6
+
+
+def _in_session(sid: int) -> set[int]:
+    """The live processes of session `sid` (a driver started with start_new_session, and all Ray started)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":  # fields[3] is the session id, fields[0] the state
+                found.add(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("command", ["batch", "eval"])
+def test_a_ray_driver_stopped_by_sigterm_leaves_no_ray_process(tmp_path, ray_tmp, command):
+    path = write_tasks(tmp_path, [{"id": f"t{i}", "task": f"say GOOD {i}", "regex": "GOOD"} for i in range(4)])
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"replies": [GOOD] * 8, "delay": 60}))
+    extra = ["-s", "single", "-o", str(tmp_path / "out")] if command == "eval" else []
+    args = [sys.executable, "-m", "reflexa.cli", command, str(path), "--executor", "ray", "-c", "2", "-m",
+            f"scripted:{slow}", "--trace", str(tmp_path / "t.db"), "--json", *extra]
+    driver = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and driver.poll() is None:
+            with contextlib.suppress(Exception), \
+                    contextlib.closing(open_store(str(tmp_path / "t.db"), reader=True)) as store:
+                if len(store.runs(10)) >= 2:  # two Ray workers are in their model calls
+                    break
+            time.sleep(0.5)
+        assert driver.poll() is None, driver.communicate()[1][-2000:]
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=120)
+        assert driver.returncode == 143, err[-2000:]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _in_session(driver.pid):
+            time.sleep(0.5)
+        assert not _in_session(driver.pid), "Ray processes left after the driver stopped"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)

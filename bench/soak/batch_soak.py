@@ -53,7 +53,7 @@ def main() -> None:
             seconds = time.perf_counter() - started
             results = [json.loads(line) for line in (folder / "tasks.results.jsonl").read_text().splitlines()]
             opened = open_store(store)
-            runs = [r for r in opened.runs(args.tasks * 2) if r.meta.get("batch") == state.batch_id]
+            runs = [r for r in opened.runs(args.tasks * 2) if r.meta.get("batch") == state.ident]
             steps = sum(len(opened.steps(r.run_id)) for r in runs[:200]) / max(1, min(200, len(runs)))
             opened.close()
         finally:

@@ -9,7 +9,17 @@ import time
 
 import pytest
 
-from reflexa import ExperienceLibrary, Lesson, MemoryStore, RegexCheck, ScriptedModel, Session, SQLiteStore, refine
+from reflexa import (
+    Budget,
+    ExperienceLibrary,
+    Lesson,
+    MemoryStore,
+    RegexCheck,
+    ScriptedModel,
+    Session,
+    SQLiteStore,
+    refine,
+)
 from reflexa.errors import ConfigError, RunInterrupted
 from reflexa.reflect.engine import experience_key
 from reflexa.types import ErrorCode, Signal
@@ -64,7 +74,7 @@ class Terminated:
 def test_a_stopped_ray_worker_leaves_its_run_to_be_resumed_not_ended():
     """Ray's worker turns SIGTERM into SystemExit, which a run takes for a check that called sys.exit; under
     `stoppable` the run lets go of its lease instead, and a resume finishes it."""
-    from reflexa.batch.ray_executor import stoppable
+    from reflexa.executors.ray import stoppable
 
     def like_ray(signum, frame):
         raise SystemExit(1)
@@ -141,7 +151,7 @@ def test_an_interrupted_run_does_not_count_against_the_lessons_it_used():
 def test_a_checkpoint_this_version_cannot_read_is_a_clear_error_and_frees_the_run(tmp_path):
     store = SQLiteStore(tmp_path / "t.db")
     with pytest.raises(RunInterrupted) as stopped:
-        refine("greet", [GreetingCheck(interrupt_on=2)], max_attempts=3, reflect=False,
+        refine("greet", [GreetingCheck(interrupt_on=2)], max_attempts=3, budget=Budget(max_reflections=0),
                session=Session(model=ScriptedModel(["hi", "hi there"]), store=store))
     run_id = stopped.value.run_id
     # What a checkpoint of an incompatible version looks like: a field of another type.

@@ -9,19 +9,14 @@ worker or in the driver, finishes on a re-run with every task run once.
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ReflexaError, RunInterrupted, RunLeased
-from ..models.base import Model
+from ..executors.worker import WORKER, worker_model, worker_store
+from ..tasks import TaskLine
 from ..trace.store import Store
-from .tasks import BatchTask
-
-WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,42 +44,9 @@ def namespace(batch_id: str) -> str:
     return f"batch:{batch_id}"
 
 
-# --- per-process caches: one store and one model per process, shared by its threads ----------------------
-
-_STORES: dict[tuple[int, str], Store] = {}
-_MODELS: dict[tuple[int, str | None], Model] = {}
-_GUARD = threading.Lock()
-
-
-def worker_store(target: str) -> Store:
-    """This process's store for `target` (a pool or connection does not survive a fork: keyed by pid)."""
-    from ..trace import open_store
-
-    key = (os.getpid(), target)
-    with _GUARD:
-        if key not in _STORES:
-            _STORES[key] = open_store(target)
-        return _STORES[key]
-
-
-def worker_model(spec: str | None, connections: int | None) -> Model:
-    """The model for a task. A scripted model is built for each task (its queue of replies is per-run
-    state); any other is built once per process and shared by its threads, under the connection limit."""
-    from ..models.limit import limited
-    from ..models.spec import resolve
-
-    if spec is not None and spec.startswith("scripted:"):
-        return resolve(spec)
-    key = (os.getpid(), spec)
-    with _GUARD:
-        if key not in _MODELS:
-            _MODELS[key] = limited(resolve(spec), connections)
-        return _MODELS[key]
-
-
 # --- result rows ------------------------------------------------------------------------------------------
 
-def make_row(config: BatchConfig, task: BatchTask, result: dict[str, Any], *, seconds: float | None,
+def make_row(config: BatchConfig, task: TaskLine, result: dict[str, Any], *, seconds: float | None,
              worker: str = WORKER) -> dict[str, Any]:
     """A task's result row, as the results file and the store keep it."""
     total = result.get("total_usage") or {}
@@ -99,11 +61,11 @@ def make_row(config: BatchConfig, task: BatchTask, result: dict[str, Any], *, se
     }
 
 
-def _crash_row(config: BatchConfig, task: BatchTask, run_id: str, error: str, seconds: float) -> dict[str, Any]:
+def _crash_row(config: BatchConfig, task: TaskLine, run_id: str, error: str, seconds: float) -> dict[str, Any]:
     return make_row(config, task, {"run_id": run_id, "stop_reason": "ERROR", "error": error[:500]}, seconds=seconds)
 
 
-def failed(task: BatchTask, error: str) -> dict[str, Any]:
+def failed(task: TaskLine, error: str) -> dict[str, Any]:
     """What a worker reports for a task it could not run (its worker died, another process holds it): no
     result, so a re-run runs it."""
     return {"state": "failed", "key": task.key, "error": error}
@@ -111,7 +73,7 @@ def failed(task: BatchTask, error: str) -> dict[str, Any]:
 
 # --- one task ---------------------------------------------------------------------------------------------
 
-def run_task(config: BatchConfig, task: BatchTask) -> dict[str, Any]:
+def run_task(config: BatchConfig, task: TaskLine) -> dict[str, Any]:
     """Run (or resume, or skip) one task; its record in the store says which. Returns {"state": "done",
     "row": ...}, {"state": "interrupted"} (Ctrl-C: the run resumes on a re-run), {"state": "waiting"} (a call
     waits for `reflexa approve`; a re-run resumes it) or a `failed` report.
@@ -153,12 +115,12 @@ def run_task(config: BatchConfig, task: BatchTask) -> dict[str, Any]:
     return _done(store, ns, task, make_row(config, task, result, seconds=round(time.time() - started, 3)))
 
 
-def _done(store: Store, ns: str, task: BatchTask, row: dict[str, Any]) -> dict[str, Any]:
+def _done(store: Store, ns: str, task: TaskLine, row: dict[str, Any]) -> dict[str, Any]:
     store.put(ns, task.key, {"state": "done", "row": row})
     return {"state": "done", "row": row}
 
 
-def _run(config: BatchConfig, task: BatchTask, store: Store, observer: Any, resume: str | None) -> Any:
+def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resume: str | None) -> Any:
     """The task's spec, run in a session on the shared store."""
     from ..loops import Session
     from ..reflect import ExperienceLibrary, Governor
@@ -172,11 +134,10 @@ def _run(config: BatchConfig, task: BatchTask, store: Store, observer: Any, resu
     return task.spec.run(session, resume=resume, meta={"batch": config.batch_id, "batch_task": task.key})
 
 
-def record_row(store: Store, config: BatchConfig, task: BatchTask) -> dict[str, Any] | None:
+def record_row(store: Store, config: BatchConfig, task: TaskLine) -> dict[str, Any] | None:
     """The task's finished row from the store, or None while it has none."""
     state = store.get(namespace(config.batch_id), task.key) or {}
     return state.get("row") if state.get("state") == "done" else None
 
 
-__all__ = ["BatchConfig", "make_row", "namespace", "record_row", "run_task", "worker_model",
-           "worker_store"]
+__all__ = ["BatchConfig", "make_row", "namespace", "record_row", "run_task"]

@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..batch import BatchInterrupted, run_batch
-from ..batch.runner import Progress as BatchProgress
+from ..batch import run_batch
 from ..errors import ConfigError
+from ..executors import KINDS, Interrupted
+from ..executors import Progress as BatchProgress
 from .common import EXIT_CODES, NOT_PASSED, clean_errors, console, errors, exit_code
 from .live import hard_exit
-from .options import ModelOpt, ReflectorOpt, TraceOpt, option, path_arg
+from .options import JsonOpt, ModelOpt, ReflectorOpt, TraceOpt, budget_flags, option, path_arg, with_flags
 
 
 class BatchView:
@@ -38,7 +39,7 @@ class BatchView:
         total = state.total - state.skipped
         if self.task is None:
             self.progress.start()
-            self.task = self.progress.add_task("batch", total=total, batch=state.batch_id, counts=counts)
+            self.task = self.progress.add_task("batch", total=total, batch=state.ident, counts=counts)
         self.progress.update(self.task, completed=state.done + state.failed_unfinished, counts=counts)
 
     def stop(self) -> None:
@@ -47,13 +48,9 @@ class BatchView:
 
 TasksArg = Annotated[Path, typer.Argument(parser=path_arg, metavar="TASKS", show_default=False,
                                          help="A JSON Lines file: one task spec a line (docs/tasks.md).")]
-TokensOpt = Annotated[int | None, option("N", "Token budget of each task that sets none.", min=1)]
-CallsOpt = Annotated[int | None, option("N", "Model-call budget of each task that sets none.", min=1)]
-SecondsOpt = Annotated[float | None, option("SECONDS", "Wall-clock budget of each task that sets none.", min=0.1)]
-ReflectionsOpt = Annotated[int | None, option("N", "Reflector calls of each task that sets none.", min=0)]
 
 
-def batch(
+def _batch(
     tasks: TasksArg,
     loop: Annotated[str, option("LOOP", "The loop of a line that names none (default refine).",
                                 names=("--loop", "-l"))] = "refine",
@@ -72,28 +69,23 @@ def batch(
                                        names=("--experience/--no-experience",))] = True,
     governor: Annotated[bool, option(None, "Let the ROI governor cut retries that do not pay.",
                                      names=("--governor",))] = False,
-    max_tokens: TokensOpt = None,
-    max_calls: CallsOpt = None,
-    max_seconds: SecondsOpt = None,
-    max_reflections: ReflectionsOpt = None,
-    as_json: Annotated[bool, option(None, "No progress bar; print the summary as JSON.", names=("--json",))] = False,
+    as_json: JsonOpt = False,
     trace: TraceOpt = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
     """Run every task of a JSON Lines file with concurrent workers on one store; the same command again
     skips finished tasks and resumes interrupted ones. Exit 0 when every task passed (docs/batch.md)."""
-    from ..tasks.spec import LOOPS
     from ..trace.sqlite import default_path
     from ..trace.store import trace_env
+    from ..types import LOOPS
 
     with clean_errors():
         if loop not in LOOPS:
             raise ConfigError(f"--loop must be one of {', '.join(LOOPS)}, not {loop!r}")
-        if executor not in ("local", "async", "ray"):
-            raise ConfigError(f"--executor must be local, async or ray, not {executor!r}")
+        if executor not in KINDS:
+            raise ConfigError(f"--executor must be one of {', '.join(KINDS)}, not {executor!r}")
         if address is not None and executor != "ray":
             raise ConfigError("--address needs --executor ray")
-        budget = {"max_tokens": max_tokens, "max_calls": max_calls, "max_seconds": max_seconds,
-                  "max_reflections": max_reflections}
         store = trace or trace_env() or str(default_path())
         code = run(tasks, loop, store=store, out=out, as_json=as_json, model=model, concurrency=concurrency,
                    executor=executor, address=address, connections=connections, experience=experience,
@@ -115,7 +107,7 @@ def batch_exit_code(state: BatchProgress) -> int:
 
 def summary(state: BatchProgress, *, out: Path, store: str, seconds: float) -> dict[str, Any]:
     ran = state.done + state.failed_unfinished
-    return {"batch": state.batch_id, "tasks": state.total, "done_before": state.skipped, "done": state.done,
+    return {"batch": state.ident, "tasks": state.total, "done_before": state.skipped, "done": state.done,
             "by_stop_reason": dict(sorted(state.by_reason.items())), "passed": state.passed,
             "failed": state.failed, "unfinished": state.remaining, "exit_code": batch_exit_code(state),
             "seconds": round(seconds, 2), "tasks_per_second": round(ran / seconds, 2) if seconds > 0 else None,
@@ -138,17 +130,17 @@ def run(tasks: Path, loop: str, *, store: str, out: Path | None, as_json: bool, 
     started = time.monotonic()
     try:
         state = run_batch(tasks, loop, store=store, out=out, progress=view, **options)
-    except BatchInterrupted as stop:
+    except Interrupted as stop:
         if view:
             view.stop()
         left = stop.progress.remaining
-        errors.print(f"interrupted: batch {stop.progress.batch_id}: {stop.progress.done} finished now, {left} left "
+        errors.print(f"interrupted: batch {stop.progress.ident}: {stop.progress.done} finished now, {left} left "
                      f"({stop.running} were running; they resume where they stopped). Run the same command again "
                      "to finish it.", highlight=False)
-        # Every result so far is whole in the store and the results file. Worker threads still in a model call
-        # would hold the exit until they finish: leave now (their checks' sandboxes killed with it); their
-        # runs resume on the re-run.
-        hard_exit(130)
+        # Every result so far is whole in the store and the results file, and no worker process is left. Worker
+        # threads still in a model call would hold the exit until they finish: leave now (their checks'
+        # sandboxes killed with it); their runs resume on the re-run.
+        hard_exit(stop.exit_code)
     finally:
         if view:
             view.stop()
@@ -165,8 +157,11 @@ def _print_summary(state: BatchProgress, report: dict[str, Any], out: Path) -> N
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(state.by_reason.items(),
                                                                         key=lambda item: -item[1]))
     unfinished = f", {state.remaining} unfinished" if state.remaining else ""
-    console.print(f"batch {state.batch_id}: {state.total} task(s): {reasons or 'none finished'}{unfinished} "
+    console.print(f"batch {state.ident}: {state.total} task(s): {reasons or 'none finished'}{unfinished} "
                   f"({state.done} run now, {state.skipped} done before; {report['seconds']} s)", highlight=False)
     console.print(f"results: {out}  store: {report['store']}", markup=False, highlight=False)
     for line in state.errors[:5]:
         errors.print(f"[red]failed[/red] {escape(line)}", highlight=False)
+
+
+batch = with_flags(_batch, budget_flags("each task that sets none"), into="budget")

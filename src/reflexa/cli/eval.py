@@ -13,14 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..errors import ConfigError, StoreError
 from .common import clean_errors, console, errors
 from .live import hard_exit
-from .options import ModelOpt, ReflectorOpt, TraceOpt, option
+from .options import JsonOpt, ModelOpt, ReflectorOpt, TraceOpt, budget_flags, option, with_flags
 
 DatasetArg = Annotated[str, typer.Argument(
     metavar="DATASET", show_default=False,
     help="A JSON Lines file of task specs (each may carry a `score`), or humaneval, mbpp:PATH, hotpotqa:PATH.")]
 
 
-def eval_command(
+def _eval(
     dataset: DatasetArg,
     strategies: Annotated[str, option("LIST", "Comma-separated strategies (default single,resample@3,refine): "
                                       "single, resample@K[:temperature=T], resample@=NAME (NAME's tokens on each "
@@ -37,9 +37,6 @@ def eval_command(
                                 "dataset go (default eval-out).", names=("--out", "-o"), path=True)] = Path("eval-out"),
     model: ModelOpt = None,
     reflector_model: ReflectorOpt = None,
-    max_tokens: Annotated[int | None, option("N", "Token budget of each run whose task sets none.", min=1)] = None,
-    max_seconds: Annotated[float | None, option("SECONDS", "Wall-clock budget of each run whose task sets none.",
-                                                min=0.1)] = None,
     concurrency: Annotated[int, option("N", "Tasks at once (default 1).", names=("--concurrency", "-c"), min=1,
                                        max=1024)] = 1,
     executor: Annotated[str, option("KIND", "local (threads; processes for the embedded model), threads, "
@@ -50,10 +47,11 @@ def eval_command(
                                         names=("--share-calls/--no-share-calls",))] = True,
     report_only: Annotated[bool, option(None, "Run nothing: the report of the rows stored so far (an eval still "
                                         "running elsewhere goes on).", names=("--report-only",))] = False,
-    as_json: Annotated[bool, option(None, "No progress bar; print the report as JSON.", names=("--json",))] = False,
+    as_json: JsonOpt = False,
     as_markdown: Annotated[bool, option(None, "Print the report as a Markdown table.",
                                         names=("--markdown",))] = False,
     trace: TraceOpt = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
     """Run every strategy on every task of a dataset and compare them: solved (by the task's score), first
     attempt, fail→pass, tokens and seconds, and each against the baselines with an exact McNemar p-value.
@@ -65,14 +63,14 @@ def eval_command(
     with clean_errors():
         _check_flags(out, executor, address)
         path, tasks, chosen, bases = _selected(dataset, strategies, baselines, out, ids, skip, limit,
-                                               {"max_tokens": max_tokens, "max_seconds": max_seconds})
+                                               budget or {})
         store = trace or trace_env() or str(default_path())
         if report_only:
             ident, found = _stored(path, tasks, chosen, store, out, model, reflector_model)
         else:
             state = _run(tasks, chosen, path, store, out, as_json, model=model, reflector_model=reflector_model,
                          concurrency=concurrency, executor=executor, address=address, share_calls=share_calls)
-            ident, found = state.eval_id, state.rows
+            ident, found = state.ident, state.rows
         report: dict[str, Any] = {"eval": ident, "dataset": dataset, "model": model, "store": store,
                                   "rows": str(out / "rows.jsonl"),
                                   **summarise(found, [s.name for s in chosen], bases)}
@@ -105,10 +103,10 @@ def _check_flags(out: Path, executor: str, address: str | None) -> None:
     """The flags that are wrong on their own, before anything is read or shown."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out must be a folder: {out} is a file")
-    from ..eval.runner import EXECUTORS
+    from ..executors import KINDS
 
-    if executor not in EXECUTORS:
-        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+    if executor not in KINDS:
+        raise ConfigError(f"--executor must be one of {', '.join(KINDS)}, not {executor!r}")
     if address is not None and executor != "ray":
         raise ConfigError("--address needs --executor ray")
 
@@ -162,18 +160,19 @@ def _other_models(store: Any, path: Path, ident: str, model: str | None, reflect
 def _run(tasks: list[Any], chosen: list[Any], path: Path, store: str, out: Path, as_json: bool,
          **options: Any) -> Any:
     """The eval under a progress bar; Ctrl-C says what is kept and exits 130."""
-    from ..eval import EvalInterrupted, run_eval
+    from ..eval import run_eval
+    from ..executors import Interrupted
 
     view = None if as_json else EvalView()
     try:
         return run_eval(tasks, chosen, dataset=path, store=store, out=out, progress=view, **options)
-    except EvalInterrupted as stop:
+    except Interrupted as stop:
         if view:
             view.stop()
-        errors.print(f"interrupted: eval {stop.progress.eval_id}: {stop.progress.done} of {stop.progress.tasks} "
+        errors.print(f"interrupted: eval {stop.progress.ident}: {stop.progress.done} of {stop.progress.total} "
                      "task(s) done; every finished row is kept. Run the same command again to finish it.",
                      highlight=False)
-        hard_exit(130)
+        hard_exit(stop.exit_code)
     finally:
         if view:
             view.stop()
@@ -205,8 +204,11 @@ class EvalView:
     def __call__(self, state: Any) -> None:
         if self.task is None:
             self.progress.start()
-            self.task = self.progress.add_task("eval", total=state.tasks, ident=state.eval_id)
+            self.task = self.progress.add_task("eval", total=state.total, ident=state.ident)
         self.progress.update(self.task, completed=state.done)
 
     def stop(self) -> None:
         self.progress.stop()
+
+
+eval_command = with_flags(_eval, budget_flags("each run whose task sets none"), into="budget")

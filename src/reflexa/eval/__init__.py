@@ -3,8 +3,8 @@ compared at equal cost with exact paired statistics (docs/eval.md)."""
 
 from .dataset import EvalTask, Score, read_dataset
 from .report import summarise
-from .runner import EvalInterrupted, run_eval
+from .runner import run_eval
 from .strategies import Strategy, parse_strategies
 
-__all__ = ["EvalInterrupted", "EvalTask", "Score", "Strategy", "parse_strategies", "read_dataset", "run_eval",
+__all__ = ["EvalTask", "Score", "Strategy", "parse_strategies", "read_dataset", "run_eval",
            "summarise"]

@@ -14,13 +14,15 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..batch.results import ResultsFile, own_rows
-from ..batch.worker import worker_model, worker_store
 from ..errors import ConfigError, ReflexaError
+from ..executors import Progress, drive, open_executor, pick
+from ..executors.rows import ResultsFile, own_rows
+from ..executors.worker import driver_models, driving, worker_model, worker_store
 from ..loops import Session
 from ..loops.refine import Attempt
 from ..models.base import Model
@@ -32,8 +34,6 @@ from .naive import run_naive
 from .score import citations, scored
 from .strategies import MAX_SAMPLES, Strategy, run_order
 
-EXECUTORS = ("local", "threads", "processes", "async", "ray")
-"""Where an eval's tasks run: threads, or processes for the embedded model (local), coroutines, or Ray."""
 ANSWER_CHARS = 4000
 """A row keeps at most this much of the final answer (the full one is in the run's trace)."""
 
@@ -54,9 +54,7 @@ class EvalConfig:
 
 def identity(dataset: Path, model: str | None, reflector_model: str | None) -> tuple[str, str | None, str | None]:
     """(the eval's id, its model spec, its reflector's), the specs as the workers resolve them."""
-    from ..batch.runner import _models
-
-    model, reflector_model = _models(model, reflector_model)
+    model, reflector_model = driver_models(model, reflector_model)
     return eval_id(dataset, {"model": model, "reflector_model": reflector_model}), model, reflector_model
 
 
@@ -231,46 +229,26 @@ def _resample(strategy: Strategy, task: EvalTask, session: Session, meta: dict[s
 
 # --- the driver -------------------------------------------------------------------------------------------
 
-@dataclass(slots=True)
-class EvalProgress:
-    """Where an eval stands; given to the `progress` callback after every change."""
-
-    eval_id: str
-    tasks: int
-    done: int = 0
-    """Tasks whose every strategy has a row (those done before included)."""
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-
-class EvalInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, as BatchInterrupted
-    """Ctrl-C stopped the eval. Every row stored so far is kept; the same command finishes the rest."""
-
-    def __init__(self, progress: EvalProgress) -> None:
-        super().__init__(f"eval {progress.eval_id} interrupted")
-        self.progress = progress
-
-
 def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path, store: str, out: Path,
              model: str | None = None, reflector_model: str | None = None, concurrency: int = 1,
              executor: str = "local", address: str | None = None, connections: int | None = None,
-             share_calls: bool = True, progress: Callable[[EvalProgress], None] | None = None) -> EvalProgress:
+             share_calls: bool = True, progress: Callable[[Progress], None] | None = None) -> Progress:
     """Run every strategy on every task the store has no row for; rows go to OUT/rows.jsonl. Returns the
-    final progress, whose `rows` are every row of the eval's tasks and strategies. `share_calls`: the
-    strategies on a task share their deterministic model calls (calls.py)."""
-    from ..batch.runner import driving, pick_executor
+    final progress, whose `rows` are every row of the eval's tasks and strategies, and whose `done` counts
+    tasks with every strategy's row. `share_calls`: the strategies on a task share their deterministic model
+    calls (calls.py). Ctrl-C or SIGTERM raises `executors.Interrupted` once the rows so far are kept and no
+    worker runs."""
     from ..trace.postgres import is_url
 
     if concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}", hint=f"use {', '.join(EXECUTORS)}")
+    kind = pick(executor, model)
     ident, model, reflector_model = identity(dataset, model, reflector_model)
     store = store if is_url(store) else str(Path(store).resolve())
     config = EvalConfig(ident, store, tuple(strategies), model, reflector_model, connections, share_calls)
-    results = ResultsFile(out / "rows.jsonl", ident)
-    state = EvalProgress(ident, len(tasks))
+    state = Progress(ident, len(tasks))
     shared = worker_store(store)
-    with driving(shared, namespace(ident), "eval", ident, results):
+    with driving(shared, namespace(ident), "eval", ident), ResultsFile(out / "rows.jsonl", ident) as results:
         header = shared.get(EVALS, ident) or {"started": time.time()}
         names = list(dict.fromkeys([*header.get("strategies", []), *(s.name for s in strategies)]))
         shared.put(EVALS, ident, {**header, "dataset": str(dataset), "model": model,
@@ -279,14 +257,20 @@ def run_eval(tasks: list[EvalTask], strategies: list[Strategy], *, dataset: Path
         if progress:
             progress(state)
         if todo:
-            _drive(todo, config, pick_executor(executor, model), concurrency, address, results, state, progress)
+            def collect(item: tuple[int, EvalTask], future: Future[list[dict[str, Any]]]) -> None:
+                state.rows += [row for row in future.result() if results.append(row, sync=False)]
+                state.done += 1
+
+            drive(todo, open_executor(kind, run_eval_task, concurrency, address=address), concurrency,
+                  args=lambda item: (config, item[1], item[0]), collect=collect, state=state, progress=progress,
+                  settle=results.sync)
     order = {(t.id, s.name): i for i, (t, s) in enumerate((t, s) for t in tasks for s in strategies)}
     state.rows.sort(key=lambda row: order.get((row["task"], row["strategy"]), len(order)))
     return state
 
 
 def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results: ResultsFile,
-                  state: EvalProgress) -> list[tuple[int, EvalTask]]:
+                  state: Progress) -> list[tuple[int, EvalTask]]:
     """The tasks with a strategy still to run; the rows the store has go to the results file now, and the
     rows the results file has that the store lacks (the file came from another machine, or its store was
     deleted) go to the store, so a rows file alone resumes an eval. Their runs stay in the store that made
@@ -309,64 +293,3 @@ def _collect_done(tasks: list[EvalTask], config: EvalConfig, store: Any, results
             todo.append((index, task))
     results.sync()
     return todo
-
-
-def _drive(todo: list[tuple[int, EvalTask]], config: EvalConfig, kind: str, concurrency: int,
-           address: str | None, results: ResultsFile, state: EvalProgress,
-           progress: Callable[[EvalProgress], None] | None) -> None:
-    from concurrent.futures import FIRST_COMPLETED, Future, wait
-
-    submit, shutdown, finish = _executor(kind, concurrency, address)
-    waiting = iter(todo)
-    inflight: dict[Future[list[dict[str, Any]]], EvalTask] = {}
-    try:
-        while True:
-            while len(inflight) < concurrency and (item := next(waiting, None)) is not None:
-                inflight[submit(config, item[1], item[0])] = item[1]
-            if not inflight:
-                break
-            finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
-            for future in finished:
-                inflight.pop(future)
-                for row in future.result():
-                    if results.append(row, sync=False):
-                        state.rows.append(row)
-                state.done += 1
-            results.sync()
-            if progress:
-                progress(state)
-    except KeyboardInterrupt:
-        shutdown()
-        raise EvalInterrupted(state) from None
-    except BaseException:
-        shutdown()
-        raise
-    finish()
-
-
-def _executor(kind: str, concurrency: int, address: str | None
-              ) -> tuple[Callable[..., Any], Callable[[], None], Callable[[], None]]:
-    """submit(config, task, index) -> Future of the task's rows; a shutdown that cancels what is queued and
-    does not wait (Ctrl-C, an error); and a finish for the normal end, which joins a pool's idle workers so
-    none outlives the interpreter's exit hooks."""
-    from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-
-    if kind == "ray":
-        from ..batch.ray_executor import RayExecutor
-
-        ray = RayExecutor(None, concurrency, address, work=run_eval_task)
-        return ray.submit_call, ray.shutdown, ray.shutdown
-    if kind == "async":
-        from ..batch.runner import async_executor
-
-        submit, stop = async_executor(run_eval_task)
-        return submit, stop, stop
-    pool: Executor
-    if kind == "processes":
-        import multiprocessing
-
-        pool = ProcessPoolExecutor(concurrency, mp_context=multiprocessing.get_context("spawn"))
-    else:
-        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reflexa-eval")
-    return ((lambda *args: pool.submit(run_eval_task, *args)),
-            (lambda: pool.shutdown(wait=False, cancel_futures=True)), pool.shutdown)

@@ -1,4 +1,5 @@
-"""`--executor ray`: each task a Ray task, on a local Ray (started for the batch) or a cluster (`address`).
+"""`--executor ray`: each task a Ray task, on a local Ray (started for the batch or eval) or a cluster
+(`address`).
 
 Workers open the batch's store themselves, so the store must be one they all reach: a PostgreSQL URL for
 a cluster; a SQLite file serves a local Ray (one machine). A worker process that dies is retried by Ray
@@ -20,8 +21,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..errors import ConfigError
-from .tasks import BatchTask
-from .worker import BatchConfig, run_task
 
 RETRIES = 3
 """Times Ray runs a task again after its worker process died."""
@@ -52,17 +51,15 @@ def stoppable(work: Callable[..., Any], *args: Any) -> Any:
 
 
 class RayExecutor:
-    """Submits tasks to Ray; `submit` returns a concurrent.futures Future of the worker's report."""
+    """Submits `work(*args)` to Ray; `submit` returns a concurrent.futures Future of its value."""
 
-    def __init__(self, config: BatchConfig | None, concurrency: int, address: str | None,
-                 work: Callable[..., Any] = run_task) -> None:
+    def __init__(self, work: Callable[..., Any], concurrency: int, address: str | None) -> None:
         """`work` is what each Ray task calls (a batch's `run_task`, an eval's `run_eval_task`)."""
         try:
             import ray
         except ImportError:
             raise ConfigError("--executor ray needs Ray", hint="pip install 'reflexa[ray]'") from None
         self.ray = ray
-        self.config = config
         self.started = False
         if not ray.is_initialized():
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
@@ -84,15 +81,14 @@ class RayExecutor:
         self.work = work
         self.remote = ray.remote(max_retries=RETRIES, num_cpus=1)(stoppable)
 
-    def submit(self, task: BatchTask) -> Future[dict[str, Any]]:
-        return self.submit_call(self.config, task)
-
-    def submit_call(self, *args: Any) -> Future[Any]:
+    def submit(self, *args: Any) -> Future[Any]:
         """`work(*args)` as a Ray task."""
         return self.remote.remote(self.work, *args).future()
 
-    def shutdown(self) -> None:
-        """Stop the local Ray this batch started (its workers with it); a cluster is left running."""
+    def cancel(self) -> None:
+        """Stop the local Ray this driver started (its workers with it); a cluster is left running."""
         if self.started:
             self.ray.shutdown()
             self.started = False
+
+    close = cancel

@@ -1,8 +1,8 @@
 """The results file: one JSON object a line, appended as tasks finish, never half-written.
 
 Each row is written with one `write` call of the whole line, then flushed and fsynced, so a kill leaves at
-most a partial last line, which the next run of the batch cuts off before it appends. Rows of other
-batches in the same file are kept and ignored.
+most a partial last line, which the next run of the command cuts off before it appends. Rows of other
+batches or evals in the same file are kept and ignored.
 """
 
 from __future__ import annotations
@@ -87,3 +87,9 @@ class ResultsFile:
     def close(self) -> None:
         self.sync()
         os.close(self.fd)
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,7 +1,8 @@
-"""The tasks file of `reflexa batch`: JSON Lines, one task spec a line, checked whole before anything runs.
+"""A file of tasks (a batch's tasks, an eval's dataset): JSON Lines, one task spec a line, checked whole before
+anything runs.
 
 A line is a `TaskSpec` (docs/tasks.md), with the same field names as the CLI's flags; its `loop` defaults to
-the batch's. Paths are relative to the tasks file's folder. Unknown fields are errors, so a typo never
+the command's. Paths are relative to the tasks file's folder. Unknown fields are errors, so a typo never
 passes silently; every error of every line is listed at once, with its line number.
 """
 
@@ -13,15 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..tasks import TaskSpec
-from ..tasks.spec import MAX_ERRORS
-
-BUDGET = ("max_tokens", "max_calls", "max_seconds", "max_reflections")
+from .spec import MAX_ERRORS, TaskSpec
 
 
 @dataclass(frozen=True, slots=True)
-class BatchTask:
-    """One line of a tasks file: its spec (paths absolute), its line number and its key in the batch."""
+class TaskLine:
+    """One line of a tasks file: its spec (paths absolute), its line number and its key in the file."""
 
     spec: TaskSpec
     line: int
@@ -30,19 +28,19 @@ class BatchTask:
 
     @property
     def key(self) -> str:
-        """The task's name within its batch: its id, else its line number."""
+        """The task's name within its file: its id, else its line number."""
         return self.spec.id if self.spec.id is not None else f"line-{self.line}"
 
 
 def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | None = None,
-               keep: tuple[str, ...] = ()) -> list[BatchTask]:
+               keep: tuple[str, ...] = ()) -> list[TaskLine]:
     """Every task of a tasks file. `loop` is the loop of a line that names none; `defaults` (a model, budget
     fields) fill what a line leaves unset; the fields `keep` names are not the spec's, and go to the task's
     `extra`. Any error in any line is one ConfigError listing them all."""
     from ..files import read_text
 
     base = path.resolve().parent
-    tasks: list[BatchTask] = []
+    tasks: list[TaskLine] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
     for number, text in enumerate(read_text(path, "tasks file").splitlines(), start=1):
@@ -57,7 +55,7 @@ def read_tasks(path: Path, loop: str = "refine", *, defaults: dict[str, Any] | N
             errors.append(str(exc))
             continue
         errors += [f"line {number}: {problem}" for problem in spec.problems()]
-        task = BatchTask(spec, number, extra)
+        task = TaskLine(spec, number, extra)
         if task.key in seen:
             errors.append(f"line {number}: id {task.key!r} is already used on line {seen[task.key]}")
         seen[task.key] = number
