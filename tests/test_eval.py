@@ -294,7 +294,7 @@ def test_mbpp_shows_the_first_assert_and_scores_all_of_them(tmp_path):
     from reflexa.eval.score import scored
 
     (task,) = read_dataset(f"mbpp:{source}", tmp_path / "out")
-    assert "assert double(2) == 4" in task.spec.task and task.spec.test_code == "assert double(2) == 4\n"
+    assert "assert double(2) == 4" in task.spec.task and task.spec.checks["test_code"] == "assert double(2) == 4\n"
     fits_the_example = "def double(x):\n    return 4\n"
     assert not scored(task, fits_the_example, True)
     assert scored(task, "def double(x):\n    return 2 * x\n", True)

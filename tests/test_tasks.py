@@ -81,7 +81,7 @@ def test_a_spec_file_keeps_its_paths_relative_and_round_trips(tmp_path):
                        "reflect": False, "meta": {"n": 1}}
     shutil.move(tmp_path / "proj", tmp_path / "moved")  # the file and its inputs move together
     again = TaskSpec.from_file(tmp_path / "moved" / "task.json")
-    assert again.tests == str(tmp_path / "moved" / "test_add.py") and again.problems() == []
+    assert again.checks["tests"] == str(tmp_path / "moved" / "test_add.py") and again.problems() == []
     assert again.budget.max_tokens == 900 and again.budget.max_reflections == 0
 
 

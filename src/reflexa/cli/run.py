@@ -5,6 +5,7 @@ answer and its stop line printed, its stop reason the exit code. `run FILE` runs
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -16,7 +17,18 @@ from ..errors import ConfigError
 from ..types import StopReason
 from .common import clean_errors, console, errors, exit_code, find_run, open_store
 from .inputs import check_out, read_task, where_best_goes, write_out
-from .options import ModelOpt, Shared, TraceOpt, option, path_arg, run_command
+from .options import (
+    JsonlOpt,
+    JsonOpt,
+    ModelOpt,
+    QuietOpt,
+    Shared,
+    TraceOpt,
+    VerboseOpt,
+    option,
+    path_arg,
+    run_command,
+)
 from .output import Output
 
 if TYPE_CHECKING:
@@ -25,15 +37,6 @@ if TYPE_CHECKING:
 
 TaskArg = Annotated[str, typer.Argument(
     metavar="TASK", show_default=False, help="The task: the text itself, or a file (.md, .txt) holding it.")]
-TestsOpt = Annotated[Path | None, option(
-    "FILE", "A pytest file; it imports the candidate from module `solution` (or the --out file's).", path=True)]
-TestCodeOpt = Annotated[str | None, option("CODE", "Python run after the candidate (asserts), or a .py file.")]
-CheckOpt = Annotated[str | None, option(
-    "CMD", "A shell command run in a scratch copy of this folder, the candidate written to --out; exit 0 passes.")]
-RegexOpt = Annotated[str | None, option("RE", "A regular expression the candidate must match.")]
-SchemaOpt = Annotated[Path | None, option("FILE", "A JSON schema the candidate (JSON) must follow.", path=True)]
-JudgeOpt = Annotated[bool | None, option(None, "Add an LLM judge (subjective: alone, it never makes a run PASSED).",
-                                         names=("--judge",))]
 OutOpt = Annotated[Path | None, option(
     "FILE", "Where the best candidate is written at the end; checks see it under this name (without --out: "
     "solution.py, and no file is written).",
@@ -83,14 +86,34 @@ def _spec(loop: str, task: str, **fields: Any) -> TaskSpec:
 
 # --- the run commands: flags -> spec ---------------------------------------------------------------------
 
-def refine(task: TaskArg, tests: TestsOpt = None, test_code: TestCodeOpt = None, check: CheckOpt = None,
-           regex: RegexOpt = None, json_schema: SchemaOpt = None, judge: JudgeOpt = None, out: OutOpt = None,
-           timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None, context: ContextOpt = None,
-           repairs: RepairsOpt = None) -> TaskSpec:
+def refine(task: TaskArg, out: OutOpt = None, timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None,
+           context: ContextOpt = None, repairs: RepairsOpt = None, **checks: Any) -> TaskSpec:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
-    code = read_task(test_code, what="test code") if test_code is not None else None
-    return _spec("refine", task, tests=tests, test_code=code, check=check, regex=regex, json_schema=json_schema,
-                 judge=judge, out=out, timeout=timeout, max_attempts=max_attempts, context=context, repairs=repairs)
+    from ..tasks.kinds import kinds
+
+    for name, value in checks.items():
+        if value is not None and kinds()[name].text_or_file:
+            checks[name] = read_task(value, what=name.replace("_", " "))
+    return _spec("refine", task, out=out, timeout=timeout, max_attempts=max_attempts, context=context,
+                 repairs=repairs, **checks)
+
+
+def _with_check_flags(build: Any) -> Any:
+    """`build` with a flag for every check kind (tasks/kinds.py) after the task: the registry is the one place
+    a kind's flag is declared."""
+    from ..tasks.kinds import kinds
+
+    def flag(kind: Any) -> Any:
+        if kind.metavar is None:
+            return Annotated[bool | None, option(None, kind.help, names=(kind.flag,))]
+        return Annotated[Path | None if kind.path else str | None,
+                         option(kind.metavar, kind.help, path=kind.path, names=(kind.flag,))]
+
+    task, *rest = [p for p in inspect.signature(build).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    checks = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=flag(kind))
+              for name, kind in kinds().items()]
+    build.__signature__ = inspect.Signature([task, *checks, *[p.replace(kind=p.KEYWORD_ONLY) for p in rest]])
+    return build
 
 
 def react(task: TaskArg, db: DbOpt = None, tools: ToolsOpt = None, mcp: McpOpt = None, approve: ApproveOpt = None,
@@ -143,7 +166,7 @@ EXPERIENCE_DEFAULT = {"react": True, "trials": True, "plan": True}
 a blocked call) holds for any task; refine's and research's failures are each task's own."""
 
 
-def run_spec(build: Any, shared: Shared) -> None:
+def run_flags(build: Any, shared: Shared) -> None:
     """Build the spec from the command's flags, apply the shared options, check it, and run it (or save it
     with --save-spec)."""
     with clean_errors():
@@ -284,10 +307,10 @@ def resume(
     reflector_model: Annotated[str | None, option(
         "SPEC", "Model spec for the reflector's calls; '' for the run's model. Default: the run's own.",
         names=("--reflector-model",))] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")] = False,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print a JSON line per stored step.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="One summary line at the end.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")] = False,
+    as_json: JsonOpt = False,
+    jsonl: JsonlOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """Continue a killed or interrupted run from its last stored step, rebuilt from the spec it stored;
@@ -322,7 +345,7 @@ def _resumable(record: Any) -> None:
         raise ConfigError(f"run {short} is task {record.meta.get('batch_task')} of a batch", hint=BATCH_RESUME)
 
 
-COMMANDS = {name: run_command(build, run_spec) for name, build in
-            (("refine", refine), ("react", react), ("trials", trials), ("research", research), ("plan", plan),
-             ("run", run))}
+COMMANDS = {name: run_command(build, run_flags) for name, build in
+            (("refine", _with_check_flags(refine)), ("react", react), ("trials", trials), ("research", research),
+             ("plan", plan), ("run", run))}
 """The run commands, by name, each with the shared option groups."""

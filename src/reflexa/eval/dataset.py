@@ -13,7 +13,6 @@ on is a file a user can read, edit and run again.
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 import re
@@ -21,63 +20,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..batch.tasks import read_tasks
 from ..errors import ConfigError
-from ..tasks import TaskSpec
+from ..tasks import TaskSpec, read_tasks
+from ..tasks.kinds import CheckSetup, gather, kinds, validated
 from ..tasks.spec import field_errors
 
 ADAPTERS = ("humaneval", "mbpp", "hotpotqa")
 
 
 class Score(BaseModel):
-    """What decides a row besides the visible checks the loop sees. refine candidates are run against the
-    code checks; any loop's final answer against `answer` and `regex`. A task with no score is scored by
-    its visible checks (refine) or not at all (other loops: its row counts PASSED runs)."""
+    """What decides a row besides the visible checks the loop sees: any check kind that scores (tasks/kinds.py:
+    `test_code`, `tests`, `check`, `regex`, `json_schema`, ...), run on a refine candidate (with the task's
+    prelude) or on another loop's final answer, and a gold `answer`. A task with no score is scored by its
+    visible checks (refine) or not at all (other loops: its row counts PASSED runs)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    test_code: str | None = None
-    """Python run after the candidate (with the task's prelude), e.g. MBPP's hidden asserts."""
-    tests: str | None = None
-    """A pytest file, relative to the dataset's folder."""
-    check: str | None = None
-    """A shell command run on the candidate, as a spec's `check`."""
+    checks: dict[str, Any] = Field(default_factory=dict)
+    """The check kinds' values by kind name; in a dataset each is a field of the score (e.g. MBPP's hidden
+    asserts as `test_code`)."""
     answer: str | list[str] | None = Field(default=None)
     """The gold answer (or any of several): the final answer must contain it, compared without case,
     punctuation or articles."""
-    regex: str | None = None
-    """A regular expression the final answer must match."""
     citations: list[str] | None = None
     """The documents a right answer rests on (paths in the task's corpus, e.g. `00-01.md`). They do not
     decide the row: the report counts how many of the documents the answer's references name are among
     them (citation precision) and how many of them it names (recall)."""
 
-    def problems(self) -> list[str]:
-        """What would fail every row's scoring: a regex that does not compile, test code that is not Python,
-        a tests file that is not there."""
-        found = []
-        if self.regex is not None:
-            try:
-                re.compile(self.regex)
-            except re.error as exc:
-                found.append(f"regex: {exc}")
-        if self.test_code is not None:
-            try:
-                ast.parse(self.test_code)
-            except SyntaxError as exc:
-                found.append(f"test_code: not valid Python: {exc.msg} (line {exc.lineno})")
-        if self.tests is not None and not Path(self.tests).is_file():
-            found.append(f"tests: file not found: {self.tests}")
-        if self.check is not None and not self.check.strip():
-            found.append("check: empty")
-        return found
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_checks(cls, data: Any) -> Any:
+        return gather(data, scoring=True)
 
-    def code_fields(self) -> dict[str, Any]:
-        """The score's fields that are refine checks, as spec fields."""
-        return {k: v for k, v in {"test_code": self.test_code, "tests": self.tests, "check": self.check}.items()
-                if v is not None}
+    @field_validator("checks")
+    @classmethod
+    def _check_values(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return validated(values)
+
+    def problems(self, base: Path) -> list[str]:
+        """What would fail every row's scoring: a file a check kind names (relative to `base`) not there."""
+        setup = CheckSetup("solution.py", base, 10.0)
+        return [f"{name}: {p}" for name, value in self.checks.items() for p in kinds()[name].problems(value, setup)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +88,10 @@ def read_dataset(source: str, out: Path, *, loop: str = "refine", defaults: dict
         except ValidationError as exc:
             raise ConfigError(f"{path}: line {task.line}: score: " + "; ".join(field_errors(exc)),
                               hint="docs/eval.md lists a score's fields") from None
-        if score is not None and score.tests is not None:
-            score = score.model_copy(update={"tests": str((path.parent / score.tests).resolve())})
-        if score is not None and (problems := score.problems()):
-            raise ConfigError(f"{path}: line {task.line}: score: " + "; ".join(problems))
+        if score is not None:
+            score = _resolved(score, path.parent)
+            if problems := score.problems(path.parent):
+                raise ConfigError(f"{path}: line {task.line}: score: " + "; ".join(problems))
         chosen.append(EvalTask(task.key, task.spec, score))
     if ids:
         known = {task.id for task in chosen}
@@ -114,6 +99,13 @@ def read_dataset(source: str, out: Path, *, loop: str = "refine", defaults: dict
             raise ConfigError(f"--ids names tasks the dataset does not have: {', '.join(missing[:5])}")
         return [task for task in chosen if task.id in ids]
     return chosen[skip:None if limit is None else skip + limit]
+
+
+def _resolved(score: Score, base: Path) -> Score:
+    """The score with the files its check kinds name made absolute (they are relative to the dataset's folder)."""
+    checks = {name: str((base / value).resolve()) if kinds()[name].path and isinstance(value, str) else value
+              for name, value in score.checks.items()}
+    return score.model_copy(update={"checks": checks})
 
 
 def adapt(source: str, out: Path) -> Path:

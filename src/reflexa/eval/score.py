@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any
 
 from ..evaluate.checks import CheckContext
 from ..evaluate.citations import REFERENCES
 from ..tasks import TaskSpec
 from ..tasks.run import checks
 from .dataset import EvalTask
-
-_VISIBLE = {"tests": None, "test_code": None, "check": None, "regex": None, "json_schema": None, "judge": False}
 
 
 def scored(task: EvalTask, answer: str | None, visible: bool) -> bool:
@@ -23,21 +22,21 @@ def scored(task: EvalTask, answer: str | None, visible: bool) -> bool:
         return visible
     if not answer:
         return False
-    if score.code_fields() and not _passes_code(task.spec, score.code_fields(), answer):
+    if task.spec.loop != "refine":
+        answer = answer_part(answer)
+    if score.checks and not _passes(task.spec, score.checks, answer):
         return False
-    answer = answer_part(answer)
     if score.answer is not None:
         golds = [score.answer] if isinstance(score.answer, str) else score.answer
-        if not any(contains(answer, gold) for gold in golds):
-            return False
-    return score.regex is None or re.search(score.regex, answer) is not None
+        return any(contains(answer_part(answer), gold) for gold in golds)
+    return True
 
 
-def _passes_code(spec: TaskSpec, fields: dict[str, str], candidate: str) -> bool:
-    """The candidate against the score's code checks, in the spec's sandbox with its prelude."""
-    hidden = spec.model_copy(update={**_VISIBLE, **fields})
+def _passes(spec: TaskSpec, values: dict[str, Any], answer: str) -> bool:
+    """The answer (a refine candidate, with the spec's prelude) against the score's checks, in the spec's
+    sandbox."""
     context = CheckContext(spec.task)
-    return all(check.run(candidate, context).ok for check in checks(hidden))
+    return all(check.run(answer, context).ok for check in checks(spec, values))
 
 
 TAILS = ("\n\nNo new evidence was sought", "\n\nCould not verify:", "\n\n" + REFERENCES.rstrip("\n"))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..files import file_problem, is_sqlite, read_json, read_text
+from ..files import file_problem, is_sqlite, read_text
 from ..tools.load import problem as tool_problem
 
 if TYPE_CHECKING:
@@ -15,13 +15,14 @@ if TYPE_CHECKING:
 
 def problems(spec: TaskSpec) -> list[str]:
     """Every problem with the files and folders a spec names; empty when it can run."""
+    from .kinds import kinds
+
     found: list[str] = []
     if spec.workdir and not Path(spec.workdir).is_dir():
         found.append(f"workdir: not a folder: {spec.workdir}")
-    if (tests := spec.path("tests")) is not None:
-        found += [f"tests: {p}" for p in _tests_problems(tests, spec.out_file)]
-    if (schema := spec.json_schema) is not None:
-        found += [f"json_schema: {p}" for p in _schema_problems(schema, spec)]
+    setup = spec.check_setup()
+    for name, value in spec.checks.items():
+        found += [f"{name}: {p}" for p in kinds()[name].problems(value, setup)]
     if (db := spec.path("db")) is not None:
         if (problem := file_problem(db, "database")) is not None:
             found.append(f"db: {problem}")
@@ -36,7 +37,8 @@ def problems(spec: TaskSpec) -> list[str]:
     return found
 
 
-def _tests_problems(path: Path, out: str) -> list[str]:
+def tests_problems(path: Path, out: str) -> list[str]:
+    """What is wrong with a pytest file a task names: not there, not Python, no test, not importing `out`."""
     from ..evaluate.checks import test_file_problem
 
     try:
@@ -90,29 +92,6 @@ def _imported_guess(source: str) -> str | None:
             if top not in sys.stdlib_module_names and top not in ("pytest", "hypothesis", "__future__"):
                 return top
     return None
-
-
-def _schema_problems(schema: dict | str, spec: TaskSpec) -> list[str]:
-    import jsonschema
-
-    if isinstance(schema, str):
-        try:
-            schema = load_schema(spec.path("json_schema") or Path(schema))
-        except ConfigError as exc:
-            return [str(exc)]
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return [f"not a valid JSON schema: {exc.message}"]
-    return []
-
-
-def load_schema(path: Path) -> dict:
-    """A JSON schema from a file; a ConfigError when it is no JSON object."""
-    data = read_json(path, "JSON schema file")
-    if not isinstance(data, dict):
-        raise ConfigError(f"the JSON schema file must hold a JSON object: {path}")
-    return data
 
 
 def _database_problems(spec: TaskSpec, db: Path) -> list[str]:

@@ -18,7 +18,8 @@ from ..search.base import SearchBackend
 from ..tools.approval import Approver, defer
 from ..tools.registry import ToolRegistry
 from ..types import Budget, Lesson, Result, Signal
-from .inputs import load_schema, plan_tree
+from .inputs import plan_tree
+from .kinds import build
 from .spec import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -59,36 +60,10 @@ def spec_session(spec: TaskSpec) -> Session:
 
 # --- the parts a spec names -------------------------------------------------------------------------------
 
-def checks(spec: TaskSpec) -> list[Check]:
-    """The checks of a refine spec, each in a sandbox with the spec's timeout."""
-    from ..evaluate import (
-        CommandCheck,
-        JsonSchemaCheck,
-        Limits,
-        LLMJudge,
-        PytestCheck,
-        PythonScriptCheck,
-        RegexCheck,
-        Sandbox,
-    )
-
-    sandbox = Sandbox(Limits.within(spec.timeout))
-    found: list[Check] = []
-    if (tests := spec.path("tests")) is not None:
-        found.append(PytestCheck(tests, module=Path(spec.out_file).stem, sandbox=sandbox))
-    if spec.test_code:
-        found.append(PythonScriptCheck(spec.test_code, sandbox=sandbox))
-    if spec.check:
-        found.append(CommandCheck(spec.check, out=spec.out_file, workdir=Path(spec.workdir or "."),
-                                  sandbox=sandbox))
-    if spec.regex is not None:
-        found.append(RegexCheck(spec.regex))
-    if spec.json_schema is not None:
-        schema = spec.json_schema if isinstance(spec.json_schema, dict) else load_schema(spec.path("json_schema")
-                                                                                          or Path())
-        found.append(JsonSchemaCheck(schema))
-    if spec.judge:
-        found.append(LLMJudge())
+def checks(spec: TaskSpec, values: dict[str, Any] | None = None) -> list[Check]:
+    """The checks of a refine spec (or those `values` name, by check kind: an eval's score), each run on the
+    spec's prelude and the candidate, in a sandbox with the spec's timeout."""
+    found = build(spec.checks if values is None else values, spec.check_setup())
     return [Preluded(check, spec.prelude) for check in found] if spec.prelude else found
 
 
@@ -108,14 +83,14 @@ def tools(spec: TaskSpec) -> Iterator[ToolRegistry]:
     """The spec's tools, for the length of a run: the bundled SQL toolset on its database, the user's own
     tools, and each MCP server's (started here and stopped when the run ends)."""
     from ..tools.load import load_tools
-    from ..tools.mcp import MCPServer
+    from ..tools.mcp import MCPClient
     from ..tools.sql import sql_tools
 
     workdir = Path(spec.workdir or ".")
     found = [*(sql_tools(db, write=spec.write) if (db := spec.path("db")) else []), *load_tools(spec.tools, workdir)]
     with ExitStack() as servers:
         for target in spec.mcp:
-            server = servers.enter_context(MCPServer(target, cwd=workdir))
+            server = servers.enter_context(MCPClient(target, cwd=workdir))
             found += server.tools()
             for skipped in server.skipped:
                 log.warning("MCP server %s: tool %s", server.name, skipped)
@@ -155,13 +130,10 @@ def search_backend(spec: TaskSpec) -> SearchBackend:
 
 def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
     from ..loops.refine import MAX_ATTEMPTS, refine
-    from ..reflect.repairs import RepairPolicy
 
-    if spec.repairs in ("learn", "frozen") and session.repairs is None:
-        session = replace(session, repairs=RepairPolicy(session.store, frozen=spec.repairs == "frozen"))
-    return refine(spec.task, checks(spec), session=session, budget=spec.budget, reflect=spec.reflect,
+    return refine(spec.task, checks(spec), session=session, budget=spec.budget,
                   max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, temperature=spec.temperature,
-                  resample="stall" if spec.repairs == "revise" else "revision", meta=meta, resume=resume)
+                  repairs=spec.repairs, meta=meta, resume=resume)
 
 
 def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:

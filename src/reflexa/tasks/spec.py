@@ -8,41 +8,49 @@ regex that does not compile are `problems()`, read from the file system.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ..errors import ConfigError
 from ..files import read_json
-from ..types import Budget
+from ..loops.refine import ContextStrategy, Repairs
+from ..types import LOOPS, Budget
+from .kinds import CheckSetup, flattened, gather, is_set, kinds, validated
 
-Loop = Literal["refine", "react", "research", "plan", "trials"]
-LOOPS: tuple[str, ...] = ("refine", "react", "research", "plan", "trials")
+Loop = Literal["refine", "react", "trials", "research", "plan"]
+assert get_args(Loop) == LOOPS
 Search = Literal["local", "tavily", "ddgs", "wikipedia"]
-Context = Literal["feedback", "latest", "full"]
-Repairs = Literal["fixed", "revise", "learn", "frozen"]
 Approve = Literal["off", "ask", "defer"]
 
-CHECKS = ("tests", "test_code", "check", "regex", "json_schema", "judge")
-"""The fields that give refine something to check a candidate against: at least one is required."""
 COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_tokens", "max_calls", "max_seconds",
                     "max_reflections", "reflect", "meta", "workdir"})
 TOOLS = frozenset({"db", "write", "validate_", "tools", "mcp", "approve"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
-    "refine": frozenset({*CHECKS, "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
+    "refine": frozenset({"checks", "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
                           "repairs"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
     "research": frozenset({"corpus", "search", "max_rounds"}),
 }
-"""The fields each loop reads besides the COMMON ones; a field of another loop is an error, not ignored."""
-PATHS = ("tests", "db", "corpus")
+"""The fields each loop reads besides the COMMON ones (refine's `checks` stand for every check kind's field); a
+field of another loop is an error, not ignored."""
+BUDGET_FIELDS = ("max_tokens", "max_calls", "max_seconds", "max_reflections")
+"""The budget's fields: limits over the whole run, which a batch or an eval fills for a task that sets none."""
+PATHS = ("db", "corpus")
 """Fields that name a file or folder, relative to `workdir`."""
 MAX_ERRORS = 20
 """Problems listed at most in one error; the rest are counted."""
@@ -63,25 +71,16 @@ class TaskSpec(BaseModel):
     id: str | None = Field(default=None, min_length=1, max_length=200)
     """A name for the task, unique within a batch or an eval."""
 
-    # refine: what checks a candidate
-    tests: str | None = None
-    """A pytest file that imports the candidate from the module named by `out` (default `solution`)."""
-    test_code: str | None = None
-    """Python run after the candidate in one interpreter (asserts, or HumanEval's `check(...)`)."""
-    check: str | None = None
-    """A shell command run in a scratch copy of `workdir` with the candidate written to `out`; exit 0 passes."""
-    regex: str | None = None
-    """A regular expression the candidate must match."""
-    json_schema: dict[str, Any] | str | None = None
-    """A JSON schema (or a JSON file holding one) the candidate, a JSON document, must follow."""
-    judge: bool = False
-    """Add an LLM judge. Its verdict is subjective: alone, a run it approves ends ANSWERED_UNVERIFIED."""
+    # refine: what checks a candidate (tasks/kinds.py): one flat field per check kind, read and written flat
+    checks: dict[str, Any] = Field(default_factory=dict)
+    """The check kinds' values by kind name (`tests`, `test_code`, `check`, `regex`, `json_schema`, `judge`, and
+    any a plugin registers); in a file or a batch line each is a field of its own."""
     out: str | None = None
     """The candidate's file, relative to `workdir` (default solution.py); from the CLI, the best candidate is
     written there at the end."""
     timeout: float = Field(default=10.0, gt=0, le=3600)
     """Seconds each check may run."""
-    context: Context = "feedback"
+    context: ContextStrategy = "feedback"
     """What a revision sees: the task and how the latest candidate failed (feedback), that candidate too
     (latest), or every earlier attempt (full)."""
     prelude: str | None = None
@@ -159,10 +158,26 @@ class TaskSpec(BaseModel):
     workdir: str | None = None
     """The folder relative paths are read from, and that `check` runs in a scratch copy of."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_checks(cls, data: Any) -> Any:
+        return gather(data)
+
+    @field_validator("checks")
+    @classmethod
+    def _check_values(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return validated(values)
+
+    @model_serializer(mode="wrap")
+    def _flat_checks(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return flattened(handler(self))
+
     @model_validator(mode="after")
     def _fits_its_loop(self) -> TaskSpec:
+        given = self.model_fields_set - {"checks"} | set(self.checks)
         errors = [f"{name.rstrip('_')}: not a field of a {self.loop} task"
-                  for name in sorted(self.model_fields_set - COMMON - OWN_FIELDS[self.loop])]
+                  for name in sorted(given - COMMON - OWN_FIELDS[self.loop] - ({*kinds()} if self.loop == "refine"
+                                                                                else set()))]
         if not self.task.strip():
             errors.append("task: empty")
         errors += _loop_errors(self)
@@ -196,7 +211,7 @@ class TaskSpec(BaseModel):
         path = Path(path)
         folder = path.resolve().parent
         data = self.dump()
-        for name in (*PATHS, "plan", "json_schema", "workdir"):
+        for name in (*self.path_fields(), "workdir"):
             if isinstance(data.get(name), str) and Path(data[name]).is_absolute():
                 relative = _relative(Path(data[name]), folder)
                 data[name] = relative
@@ -223,10 +238,14 @@ class TaskSpec(BaseModel):
 
         folder = _absolute(base / (self.workdir or "."))
         update: dict[str, Any] = {"workdir": str(folder)}
-        for name in (*PATHS, "plan", "json_schema"):
-            value = getattr(self, name)
+        checks = dict(self.checks)
+        for name in self.path_fields():
+            target = checks if name in kinds() else update
+            value = checks.get(name) if name in kinds() else getattr(self, name)
             if isinstance(value, str) and value:
-                update[name] = str(_absolute(folder / value))
+                target[name] = str(_absolute(folder / value))
+        if checks:
+            update["checks"] = checks
         for name in ("model", "reflector_model"):
             if getattr(self, name):
                 update[name] = absolute_spec(getattr(self, name), folder)
@@ -256,9 +275,18 @@ class TaskSpec(BaseModel):
         """The candidate's file name (the module a pytest file imports is its stem)."""
         return self.out or "solution.py"
 
+    def check_setup(self) -> CheckSetup:
+        """What the spec's checks are built with: the candidate's file, the working folder, the time limit."""
+        return CheckSetup(self.out_file, Path(self.workdir or "."), self.timeout)
+
+    def path_fields(self) -> tuple[str, ...]:
+        """The fields that name a file or folder, relative to `workdir`: PATHS, `plan`, and the check kinds
+        that name one (`tests`; `json_schema` when it is a file)."""
+        return (*PATHS, "plan", *(name for name, kind in kinds().items() if kind.path))
+
     def path(self, name: str) -> Path | None:
-        """A path field, read against `workdir`."""
-        value = getattr(self, name)
+        """A path field (or a check kind's), read against `workdir`."""
+        value = self.checks.get(name) if name in kinds() else getattr(self, name)
         if not isinstance(value, str) or not value:
             return None
         return Path(self.workdir or ".") / value
@@ -291,27 +319,14 @@ def _loop_errors(spec: TaskSpec) -> list[str]:
     """What a spec lacks for its loop, beyond the field types (no file system)."""
     errors: list[str] = []
     if spec.loop == "refine":
-        if not any(getattr(spec, name) for name in CHECKS):
-            errors.append(f"a refine task needs a check: one of {', '.join(CHECKS)}")
-        for name in ("check", "test_code"):  # `sh -c "  "` exits 0: a blank check would pass any answer
-            if getattr(spec, name) is not None and not getattr(spec, name).strip():
-                errors.append(f"{name}: empty")
-        if spec.test_code and spec.test_code.strip():
-            try:
-                ast.parse(spec.test_code)
-            except SyntaxError as exc:  # else every attempt fails on it, blamed on the candidate
-                errors.append(f"test_code: not valid Python: {exc.msg} (line {exc.lineno})")
+        if not any(is_set(kinds()[name], value) for name, value in spec.checks.items()):
+            errors.append(f"a refine task needs a check: one of {', '.join(kinds())}")
         if spec.out is not None:
             out = Path(spec.out)
             if out.is_absolute() or ".." in out.parts:
                 errors.append(f"out: must be a relative path inside the working folder, got {spec.out}")
             elif not out.suffix or spec.out.endswith("/"):
                 errors.append(f"out: must name a file (e.g. solution.py), got {spec.out}")
-        if spec.regex is not None:
-            try:
-                re.compile(spec.regex)
-            except re.error as exc:
-                errors.append(f"regex: {exc}")
     if spec.loop in ("react", "trials", "plan") and not (spec.db or spec.tools or spec.mcp):
         errors.append(f"a {spec.loop} task needs tools: db (an SQLite file), tools or mcp")
     if any(not ref.strip() for ref in [*spec.tools, *spec.mcp]):
@@ -347,7 +362,8 @@ def field_errors(exc: ValidationError) -> list[str]:
     """One line per problem pydantic found: the field, then what is wrong."""
     out = []
     for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
+        # A check kind's value is a field of its own in a file: `regex: ...`, not `checks: regex: ...`.
+        where = ".".join(str(p) for p in error["loc"] if p != "checks")
         message = "unknown field" if error["type"] == "extra_forbid" or error["type"] == "extra_forbidden" \
             else str(error["msg"]).removeprefix("Value error, ")
         out.append(f"{where}: {message}" if where else message)
