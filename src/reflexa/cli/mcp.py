@@ -3,26 +3,25 @@ run a client starts; a client cannot name a budget of its own."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from .common import clean_errors
-from .options import ModelOpt, ReflectorOpt, TraceOpt, option
+from .options import ModelOpt, ReflectorOpt, TraceOpt, budget_flags, option, with_flags
 
 
-def mcp_command(
+def _mcp(
     model: ModelOpt = None,
     reflector_model: ReflectorOpt = None,
     trace: TraceOpt = None,
-    max_tokens: Annotated[int | None, option("N", "Token budget of each run (input + output, every call).",
-                                             min=1)] = None,
-    max_calls: Annotated[int | None, option("N", "Model-call budget of each run.", min=1)] = None,
-    max_seconds: Annotated[float | None, option("SECONDS", "Wall-clock budget of each run.", min=0.1)] = None,
     max_attempts: Annotated[int | None, option("N", "refine's attempts at most (default 3).", min=1)] = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
     """Serve reflexa to an MCP client over stdio: tools refine, research, runs and show (docs/mcp.md). Every
     run gets this command's budget; stdout carries the protocol alone, errors go to stderr."""
     with clean_errors():
         from ..mcp import serve
 
-        serve(model=model, reflector_model=reflector_model, trace=trace, max_tokens=max_tokens,
-              max_calls=max_calls, max_seconds=max_seconds, max_attempts=max_attempts)
+        serve(model=model, reflector_model=reflector_model, trace=trace, max_attempts=max_attempts, **(budget or {}))
+
+
+mcp_command = with_flags(_mcp, budget_flags("each run a client starts"), into="budget")

@@ -47,10 +47,47 @@ ReflectorOpt = Annotated[str | None, typer.Option(
 TraceOpt = Annotated[str | None, typer.Option(
     "--trace", metavar="STORE", show_default=False, help="Trace store: a SQLite file, or a postgresql:// URL (pip "
     "install 'reflexa[postgres]'). Default: $REFLEXA_TRACE, else trace.db in the user data folder.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document at the end.")]
+# --- the output flags: one declaration, used by every command that has them --------------------------------
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the output as one JSON document (no live view or "
+                                       "progress bar).")]
 JsonlOpt = Annotated[bool, typer.Option("--jsonl", help="Print a JSON line per stored step, then the result.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No live view; one summary line at the end.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every model call.")]
+
+
+# --- the budget flags: one declaration; each command says whose budget it sets ------------------------------
+def budget_flags(whose: str) -> dict[str, Any]:
+    """The options --max-tokens, --max-calls, --max-seconds and --max-reflections (the spec's BUDGET_FIELDS),
+    their help naming `whose` budget they set ("the run", "each task that sets none")."""
+    return {
+        "max_tokens": Annotated[int | None, option("N", f"Token budget of {whose} (input + output, every call).",
+                                                   min=1)],
+        "max_calls": Annotated[int | None, option("N", f"Model-call budget of {whose}.", min=1)],
+        "max_seconds": Annotated[float | None, option("SECONDS", f"Wall-clock budget of {whose}; it ends a model "
+                                                      "call under way.", min=0.1)],
+        "max_reflections": Annotated[int | None, option("N", f"Reflector calls of {whose} at most (default 2).",
+                                                        min=0)],
+    }
+
+
+def with_flags(command: Callable[..., Any], flags: dict[str, Any], *, into: str) -> Callable[..., Any]:
+    """`command` with `flags` (name -> an Annotated option, each defaulting to None) after its own parameters;
+    their values reach it as one dict, its parameter `into`. How a group of flags is declared once and given
+    to every command that has it."""
+    own = [p.replace(annotation=_evaluated(p.annotation, command))
+           for p in inspect.signature(command).parameters.values() if p.name != into]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+             for name, annotation in flags.items()]
+
+    @functools.wraps(command)
+    def wrapped(**given: Any) -> Any:
+        group = {name: given.pop(name) for name in flags}
+        return command(**given, **{into: group})
+
+    wrapped.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+    wrapped.__annotations__ = {p.name: p.annotation for p in [*own, *added]}
+    del wrapped.__wrapped__  # typer reads the signature above, not command's
+    return wrapped
 
 
 @dataclass(slots=True)
@@ -92,12 +129,7 @@ class Shared:
 _SHARED_OPTIONS: dict[str, Any] = {
     "model": ModelOpt,
     "reflector_model": ReflectorOpt,
-    "max_tokens": Annotated[int | None, option("N", "Token budget of the run (input + output, every call).", min=1)],
-    "max_calls": Annotated[int | None, option("N", "Model-call budget.", min=1)],
-    "max_seconds": Annotated[float | None, option("SECONDS", "Wall-clock budget; it ends a model call under way.",
-                                                       min=0.1)],
-    "max_reflections": Annotated[int | None, typer.Option(metavar="N", min=0, show_default=False,
-                                 help="Reflector calls at most (default 2).")],
+    **budget_flags("the run"),
     "reflect": Annotated[bool | None, typer.Option("--reflect/--no-reflect", show_default=False,
                          help="Turn a failure into a lesson with the reflector (default); off, retries see the "
                               "raw signals.")],

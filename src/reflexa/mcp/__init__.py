@@ -15,7 +15,7 @@ INSTALL_HINT = "pip install 'reflexa[mcp]'"
 
 def serve(*, model: str | None = None, reflector_model: str | None = None, trace: str | None = None,
           max_tokens: int | None = None, max_calls: int | None = None, max_seconds: float | None = None,
-          max_attempts: int | None = None) -> None:
+          max_reflections: int | None = None, max_attempts: int | None = None) -> None:
     """Serve reflexa's tools over stdio until the client closes the connection (`server.serve`), every run
     within the given budget. A missing MCP SDK is a ConfigError with the install hint, raised before anything
     is read or served."""
@@ -26,6 +26,6 @@ def serve(*, model: str | None = None, reflector_model: str | None = None, trace
             raise
         raise ConfigError(f"reflexa mcp needs the MCP SDK, which is not installed ({exc.name} is missing)",
                           hint=INSTALL_HINT) from None
-    limits = server.Limits(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
-                           max_attempts=max_attempts)
-    server.serve(model=model, reflector_model=reflector_model, trace=trace, limits=limits)
+    budget = server.ClientBudget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
+                                 max_reflections=max_reflections, max_attempts=max_attempts)
+    server.serve(model=model, reflector_model=reflector_model, trace=trace, budget=budget)
