@@ -38,7 +38,7 @@ from _common import append_row, chosen_strategies, correct, load_shop, output, r
 from reflexa import (
     Budget,
     ExperienceLibrary,
-    MCPServer,
+    MCPClient,
     Result,
     Session,
     SQLiteStore,
@@ -229,7 +229,7 @@ def run_over_mcp(task: Task, db: Path, model: Any, store: SQLiteStore, steps: in
     timeout = 1.0 if task.fault == "slow" else TOOL_TIMEOUT
     server = [sys.executable, str(Path(__file__).with_name("faults_server.py")), "--db", str(db), "--fault", task.fault]
     library = ExperienceLibrary(SQLiteStore(store.path.with_name(store.path.stem + "-mcp.db")))
-    with MCPServer(server, timeout=timeout, trusted=True) as mcp:
+    with MCPClient(server, timeout=timeout, trusted=True) as mcp:
         session = Session(model=model, store=store, experience=library, reflector_model=reflector)
         result = react(task.question, mcp.tools(), session=session, max_steps=steps, validator=validator(task.answer))
     return row("reflexa-mcp", task, result, result.counters["recovery_steps"])

@@ -279,12 +279,12 @@ def test_the_fault_suite_s_mcp_server_answers_and_fails_as_the_in_process_tools_
     sys.path.insert(0, str(ROOT / "bench"))
     from faults import faulty_tools, load_shop  # faults.py imports it from _common
 
-    from reflexa import MCPServer, ToolRegistry
+    from reflexa import MCPClient, ToolRegistry
     from reflexa.tools import ToolSession
 
     db = load_shop(tmp_path / "shop.sqlite")
     served = [sys.executable, str(ROOT / "bench" / "faults_server.py"), "--db", str(db), "--fault", "flaky"]
-    with MCPServer(served, trusted=True) as server:
+    with MCPClient(served, trusted=True) as server:
         remote, local = ToolSession(ToolRegistry(server.tools())), ToolSession(ToolRegistry(faulty_tools(db, "flaky")))
         for sql in ("SELECT count(*) FROM orders",) * 3 + ("SELECT price FROM tent",):
             seen = [(o.ok, o.code, o.message, o.output, o.suggestion)

@@ -305,9 +305,9 @@ def test_resume_hint_for_python_runs_is_valid(tmp_path):
 
 
 def test_every_step_kind_round_trips_and_has_a_renderer():
-    import reflexa.cli.render  # noqa: F401 - registers nothing, but imports every loop's payloads
+    from reflexa.loops.steps import STEPS
 
-    assert set(RENDERERS) == set(PAYLOADS.values())
+    assert set(RENDERERS) == set(PAYLOADS.values()) == set(STEPS)
     store = MemoryStore()
     model = ScriptedModel(
         [

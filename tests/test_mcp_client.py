@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reflexa import ConfigError, MCPServer, MemoryStore, ScriptedModel, Session, StopReason
+from reflexa import ConfigError, MCPClient, MemoryStore, ScriptedModel, Session, StopReason
 from reflexa.cli.app import app
 from reflexa.loops import react
 from reflexa.tools import ToolRegistry, ToolSession
@@ -45,7 +45,7 @@ def effects(effects_log):
 
 @pytest.fixture(scope="module")
 def stdio_server(effects_log):
-    with MCPServer(command(), timeout=2, env={"EFFECTS_LOG": str(effects_log)}) as server:
+    with MCPClient(command(), timeout=2, env={"EFFECTS_LOG": str(effects_log)}) as server:
         yield server
 
 
@@ -60,7 +60,7 @@ def test_a_stdio_servers_tools_join_the_registry_with_their_schemas(stdio_server
 
 
 def test_a_trusted_server_s_descriptions_reach_the_prompt_as_written():
-    with MCPServer(command(), trusted=True) as server:
+    with MCPClient(command(), trusted=True) as server:
         assert "- order_status(order_id: integer): The status of an order." in ToolRegistry(server.tools()).describe()
 
 
@@ -107,7 +107,7 @@ def test_a_streamable_http_server_by_url(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
-        with MCPServer(f"http://127.0.0.1:{port}/mcp", timeout=2) as server:
+        with MCPClient(f"http://127.0.0.1:{port}/mcp", timeout=2) as server:
             session = ToolSession(ToolRegistry(server.tools()))
             assert session.call("product_price", {"name": "kettle"}).output == "39"
             assert session.call("product_price", {"name": 5}).code is ErrorCode.SCHEMA
@@ -127,7 +127,7 @@ def test_react_answers_through_a_server_started_from_a_spec(tmp_path):
 
 
 def test_a_hostile_server_is_fenced_capped_and_skipped(capfd):
-    with MCPServer(command("--hostile"), timeout=2) as server:
+    with MCPClient(command("--hostile"), timeout=2) as server:
         tools = {t.name: t for t in server.tools()}
         assert "wide" not in tools and any(s.startswith("wide: its schema is") for s in server.skipped)
         assert "broken_schema" not in tools and any(s.startswith("broken_schema:") for s in server.skipped)
@@ -144,7 +144,7 @@ def test_a_hostile_server_is_fenced_capped_and_skipped(capfd):
 
 
 def test_a_server_that_dies_mid_call_is_a_fatal_error_for_its_tools():
-    with MCPServer(command("--hostile"), timeout=5) as server:
+    with MCPClient(command("--hostile"), timeout=5) as server:
         session = ToolSession(ToolRegistry(server.tools()), MemoryStore(), "run3")
         died = session.call("die", {})
         assert not died.ok and died.fatal and "closed the connection" in died.message
@@ -153,7 +153,7 @@ def test_a_server_that_dies_mid_call_is_a_fatal_error_for_its_tools():
 
 
 def test_a_server_writing_garbage_to_stdout_still_serves_and_prints_no_traceback(capfd):
-    with MCPServer(command("--garbage"), timeout=2) as server:
+    with MCPClient(command("--garbage"), timeout=2) as server:
         assert ToolSession(ToolRegistry(server.tools())).call("order_status", {"order_id": 500}).output == "shipped"
     assert "Traceback" not in capfd.readouterr().err
 
@@ -161,13 +161,13 @@ def test_a_server_writing_garbage_to_stdout_still_serves_and_prints_no_traceback
 def test_a_server_that_never_answers_is_a_clear_error_within_its_timeout():
     started = time.monotonic()
     with pytest.raises(ConfigError, match="did not answer within 2s"):
-        MCPServer([sys.executable, "-c", "import time; time.sleep(120)"], connect_timeout=2).tools()
+        MCPClient([sys.executable, "-c", "import time; time.sleep(120)"], connect_timeout=2).tools()
     assert time.monotonic() - started < 10
 
 
 def test_a_command_that_does_not_exist_is_a_clear_error():
     with pytest.raises(ConfigError, match="MCP server no-such-mcp-server --flag failed: FileNotFoundError"):
-        MCPServer("no-such-mcp-server --flag", connect_timeout=5).tools()
+        MCPClient("no-such-mcp-server --flag", connect_timeout=5).tools()
 
 
 def test_cli_react_with_an_mcp_server_and_a_dead_one(tmp_path):

@@ -23,7 +23,7 @@ PUBLIC = [
     "Lesson",
     "Limits",
     "LocalCorpus",
-    "MCPServer",
+    "MCPClient",
     "MemoryStore",
     "Model",
     "ModelError",

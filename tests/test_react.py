@@ -1,4 +1,5 @@
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -777,8 +778,9 @@ def test_a_resumed_trials_run_still_counts_what_its_earlier_trials_spent():
         handed.append(t.budget)
         if len(handed) == 2:
             raise KeyboardInterrupt  # Ctrl-C as the second trial starts
-        return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store), budget=t.budget,
-                      lessons=t.lessons, meta=t.meta, resume=t.resume, max_attempts=3, reflect=False)
+        return refine("say GOOD", [RegexCheck("GOOD")], session=Session(model=model, store=store),
+                      budget=replace(t.budget, max_reflections=0), lessons=t.lessons, meta=t.meta, resume=t.resume,
+                      max_attempts=3)
 
     def run(**resume):
         return trials("say GOOD", attempt, session=Session(model=model, store=store), budget=Budget(max_calls=10),

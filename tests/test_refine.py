@@ -91,12 +91,12 @@ def test_evaluator_never_sees_the_plan():
 
 
 def test_identical_candidate_stops_with_no_progress():
-    model = ScriptedModel([answer("one"), LESSON, answer("one")])
+    model = ScriptedModel([answer("one"), LESSON, answer("one"), answer("one")])
     store = MemoryStore()
     result = refine("task", [Expect("good")], session=Session(model=model, store=store), max_attempts=5,
-                    resample="off")
+                    repairs="revise")
     assert result.stop_reason is StopReason.NO_PROGRESS
-    assert model.calls == 3
+    assert model.calls == 4  # the repeated revision gets one sampled attempt, which repeats too
     assert any(s.kind == "no_progress" for s in store.steps(result.run_id))
 
 
@@ -121,15 +121,15 @@ def test_same_failure_fingerprint_twice_stops_with_no_progress():
         def run(self, candidate, context):
             return Signal("t", False, ErrorCode.TEST_FAILED, "assert f(3) == 9 failed", score=0.5)
 
-    model = ScriptedModel([answer("one"), LESSON, answer("two")])
-    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5, resample="off")
-    assert result.stop_reason is StopReason.NO_PROGRESS
+    model = ScriptedModel([answer("one"), LESSON, answer("two"), answer("three")])
+    result = refine("task", [SameFailure("x")], session=Session(model=model), max_attempts=5, repairs="revise")
+    assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 4
 
 
 def test_a_revision_that_undoes_the_previous_one_is_flagged():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("one"), LESSON])
     store = MemoryStore()
-    result = refine("task", [Expect("good")], session=Session(model=model, store=store), resample="stall")
+    result = refine("task", [Expect("good")], session=Session(model=model, store=store), repairs="revise")
     assert result.stop_reason is StopReason.MAX_ITERATIONS
     flags = [s for s in store.steps(result.run_id) if s.kind == "flag"]
     assert len(flags) == 1 and "undoes" in flags[0].output["why"]
@@ -240,7 +240,7 @@ def test_model_error_stops_with_error_and_keeps_best_so_far():
 
 def test_full_history_strategy_shows_every_attempt():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), LESSON, answer("good")])
-    refine("task", [Expect("good")], context="full", resample="stall", session=Session(model=model))
+    refine("task", [Expect("good")], context="full", repairs="revise", session=Session(model=model))
     third = json.dumps(model.prompts[4])
     assert "```\\none\\n```" in third and "```\\ntwo\\n```" in third
 
@@ -268,12 +268,12 @@ def test_full_history_strategy_starts_fresh_after_a_fail():
 def test_a_sampled_fresh_attempt_leaves_out_the_lesson_its_revision_was_given():
     # Measured on MBPP: with the revision's lesson in its prompt, the sampled attempt converted 1 of 22 first-
     # attempt failures; without it, 8.
-    for resample, script in (("stall", [answer("one"), LESSON, answer("one"), answer("good")]),
-                             ("revision", [answer("one"), LESSON, answer("two"), answer("good")])):
+    for repairs, script in (("revise", [answer("one"), LESSON, answer("one"), answer("good")]),
+                            ("fixed", [answer("one"), LESSON, answer("two"), answer("good")])):
         model = ScriptedModel(script)
-        result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5, resample=resample)
+        result = refine("task", [Expect("good")], session=Session(model=model), max_attempts=5, repairs=repairs)
         fresh = model.prompts[-1]
-        assert result.passed and fresh == [{"role": "user", "content": "task"}], resample
+        assert result.passed and fresh == [{"role": "user", "content": "task"}], repairs
 
 
 def test_a_failure_that_changes_only_in_its_numbers_is_the_same_failure_and_gets_a_sampled_attempt():
@@ -313,7 +313,7 @@ def test_refine_without_checks_is_a_config_error():
 
 def test_resample_after_every_failed_revision():
     model = ScriptedModel([answer("one"), LESSON, answer("two"), answer("good")])
-    result = refine("task", [Expect("good")], session=Session(model=model), resample="revision")
+    result = refine("task", [Expect("good")], session=Session(model=model), repairs="fixed")
     assert result.passed and model.calls == 4 and result.counters["reflector_calls"] == 1
     assert model.prompts[3] == [{"role": "user", "content": "task"}]  # sampled fresh from the task, no lesson
 
@@ -322,8 +322,8 @@ def test_a_checkpoint_stays_the_same_size_however_many_attempts_a_run_makes():
     store = MemoryStore()
     replies = [f"```\nattempt {i} {'y' * 40}\n```" for i in range(40)]
     fresh = NewFailures("fresh", lambda n: "miss " + "x" * n, score=0.5)
-    result = refine("task", [fresh], reflect=False, max_attempts=40, session=Session(model=ScriptedModel(replies),
-                                                                                      store=store))
+    result = refine("task", [fresh], budget=Budget(max_reflections=0), max_attempts=40,
+                    session=Session(model=ScriptedModel(replies), store=store))
     sizes = [len(json.dumps(s.output)) for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.iterations == 40 and len(sizes) == 39
     assert sizes[-1] - sizes[2] < 200  # the failure message's growth, not every candidate and feedback so far
@@ -342,7 +342,7 @@ def test_a_checkpoint_stays_bounded_when_every_attempt_is_reflected_on():
                                                   "root_cause": f"wrong {word}", "correction": f"try {word}"}]
     store = MemoryStore()
     result = refine("task", [fresh], budget=Budget(max_reflections=len(words)), max_attempts=len(words),
-                    resample="stall", session=Session(model=ScriptedModel(replies), store=store))
+                    repairs="revise", session=Session(model=ScriptedModel(replies), store=store))
     reflected = [s.output["engine"]["reflected"] for s in store.steps(result.run_id) if s.kind == "checkpoint"]
     assert result.counters["reflector_calls"] > REMEMBERED
     assert max(len(r) for r in reflected) == REMEMBERED  # the newest only, not one more per reflection
@@ -353,7 +353,7 @@ def test_a_fresh_attempt_shows_only_the_newest_lessons():
 
     failing = NewFailures("failing", lambda n: f"miss {'z' * n}", score=0.0)  # FAIL: every attempt adds a lesson
     model = ScriptedModel([f"```\nattempt {'y' * i}\n```" for i in range(12)])
-    result = refine("task", [failing], reflect=False, max_attempts=12, session=Session(model=model))
+    result = refine("task", [failing], budget=Budget(max_reflections=0), max_attempts=12, session=Session(model=model))
     last = model.prompts[-1][-1]["content"]
     assert result.iterations == 12 and last.count("- At attempt") == MAX_LESSONS
     assert f"miss {'z' * 11}\n" in last and f"miss {'z' * 6}\n" not in last  # the newest five: 7 to 11
@@ -370,7 +370,7 @@ def test_a_pass_is_the_best_even_when_a_failure_scored_as_high():
             ok = candidate.strip() == "good"
             return Signal(self.name, ok, None if ok else ErrorCode.COMMAND_FAILED, "exit 1", score=1.0)
 
-    result = refine("t", [PrintsPassedButExits()], reflect=False,
+    result = refine("t", [PrintsPassedButExits()], budget=Budget(max_reflections=0),
                     session=Session(model=ScriptedModel([answer("bad"), answer("good")])))
     assert result.passed and result.best == "good" and result.verdict.status.value == "PASS"
 
@@ -400,7 +400,7 @@ def test_a_judge_s_score_never_outranks_what_the_tests_measured():
         def run(self, candidate, context):
             return Signal(self.name, True, score=1.0 if candidate.strip() == "a" else 0.0, subjective=True)
 
-    result = refine("t", [Tests(), Fond()], max_attempts=2, reflect=False,
+    result = refine("t", [Tests(), Fond()], max_attempts=2, budget=Budget(max_reflections=0),
                     session=Session(model=ScriptedModel([answer("a"), answer("b")])))
     assert result.best == "b"
 

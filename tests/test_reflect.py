@@ -4,7 +4,7 @@ import pytest
 
 from reflexa import MemoryStore, ScriptedModel, Session, Signal, StopReason
 from reflexa.loops import refine
-from reflexa.reflect import Decision, Facts, Governor, classify
+from reflexa.reflect import Facts, Governor, Route, classify
 from reflexa.reflect.governor import wilson_upper
 from reflexa.reflect.workspace import Workspace
 from reflexa.types import Control, ErrorCode, Lesson
@@ -17,46 +17,46 @@ def sig(code, message="boom"):
 @pytest.mark.parametrize(
     "signal,facts,decision,repair",
     [
-        (sig(ErrorCode.PERMISSION), Facts(), Decision.UNRECOVERABLE, None),
-        (sig(ErrorCode.NOT_FOUND), Facts(fatal=True), Decision.UNRECOVERABLE, None),
-        (sig(ErrorCode.TOOL_ERROR), Facts(fatal=True), Decision.UNRECOVERABLE, None),
-        (sig(ErrorCode.NOT_FOUND), Facts(suggestion={"sql": "x"}), Decision.RULE, "args"),
-        (sig(ErrorCode.SCHEMA), Facts(suggestion={"a": 1}), Decision.RULE, "args"),
-        (sig(ErrorCode.TIMEOUT), Facts(), Decision.RULE, "retry"),
-        (sig(ErrorCode.TOO_LONG), Facts(can_page=True), Decision.RULE, "page"),
-        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "database is busy; call again"), Facts(), Decision.RULE,
+        (sig(ErrorCode.PERMISSION), Facts(), Route.UNRECOVERABLE, None),
+        (sig(ErrorCode.NOT_FOUND), Facts(fatal=True), Route.UNRECOVERABLE, None),
+        (sig(ErrorCode.TOOL_ERROR), Facts(fatal=True), Route.UNRECOVERABLE, None),
+        (sig(ErrorCode.NOT_FOUND), Facts(suggestion={"sql": "x"}), Route.RULE, "args"),
+        (sig(ErrorCode.SCHEMA), Facts(suggestion={"a": 1}), Route.RULE, "args"),
+        (sig(ErrorCode.TIMEOUT), Facts(), Route.RULE, "retry"),
+        (sig(ErrorCode.TOO_LONG), Facts(can_page=True), Route.RULE, "page"),
+        (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "database is busy; call again"), Facts(), Route.RULE,
          "retry"),
         (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "429 Too Many Requests"), Facts(retries_before=1),
-         Decision.RULE, "retry"),
+         Route.RULE, "retry"),
         # A failing test whose signal names its cause (the value returned, a crash's line) says what a lesson
         # would: revise with it. The check says so, not the wording.
         (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4", pinpointed=True),
-         Facts(retryable=False), Decision.RULE, "revise"),
+         Facts(retryable=False), Route.RULE, "revise"),
         # Ambiguous cases go to reflection, never to a rule:
         (Signal("check", False, ErrorCode.TEST_FAILED, "assert f(2) == 3 failed: got 4"), Facts(retryable=False),
-         Decision.REFLECT, None),
+         Route.REFLECT, None),
         # Any check may say its failure names the cause, not only the code test harness.
         (Signal("check", False, ErrorCode.VALIDATION_FAILED, "wrong answer", pinpointed=True),
-         Facts(retryable=False), Decision.RULE, "revise"),
+         Facts(retryable=False), Route.RULE, "revise"),
         (Signal("check", False, ErrorCode.TEST_FAILED, "1 of 2 tests failed: assert [1] == [2]"),
-         Facts(retryable=False), Decision.REFLECT, None),
-        (sig(ErrorCode.NOT_FOUND), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.SCHEMA), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.TIMEOUT), Facts(retries_before=1), Decision.REFLECT, None),
+         Facts(retryable=False), Route.REFLECT, None),
+        (sig(ErrorCode.NOT_FOUND), Facts(), Route.REFLECT, None),
+        (sig(ErrorCode.SCHEMA), Facts(), Route.REFLECT, None),
+        (sig(ErrorCode.TIMEOUT), Facts(retries_before=1), Route.REFLECT, None),
         (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "database is busy; call again"), Facts(retries_before=2),
-         Decision.REFLECT, None),
+         Route.REFLECT, None),
         (Signal("tool:q", False, ErrorCode.TOOL_ERROR, "503 from upstream, try later"), Facts(retryable=False),
-         Decision.REFLECT, None),
-        (sig(ErrorCode.TIMEOUT), Facts(retryable=False), Decision.REFLECT, None),
-        (sig(ErrorCode.TOO_LONG), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.EMPTY), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.TOOL_ERROR), Facts(), Decision.REFLECT, None),
-        (sig(ErrorCode.VALIDATION_FAILED), Facts(), Decision.REFLECT, None),
+         Route.REFLECT, None),
+        (sig(ErrorCode.TIMEOUT), Facts(retryable=False), Route.REFLECT, None),
+        (sig(ErrorCode.TOO_LONG), Facts(), Route.REFLECT, None),
+        (sig(ErrorCode.EMPTY), Facts(), Route.REFLECT, None),
+        (sig(ErrorCode.TOOL_ERROR), Facts(), Route.REFLECT, None),
+        (sig(ErrorCode.VALIDATION_FAILED), Facts(), Route.REFLECT, None),
     ],
 )
 def test_classifier_branches(signal, facts, decision, repair):
     result = classify(signal, facts)
-    assert result.decision is decision
+    assert result.route is decision
     assert (result.repair.kind if result.repair else None) == repair
 
 
@@ -249,15 +249,15 @@ def test_a_lesson_whose_correction_repeats_the_failure_is_discarded():
 
 
 def test_a_correction_that_changes_only_a_number_is_no_repeat():
-    from reflexa.reflect.progress import Progress
+    from reflexa.reflect.progress import RepeatWatch
     from reflexa.types import Control
 
     forced = Lesson("step", "order 7 is missing", "wrong id", "use id 8",
                     Control("force_action", "get_order", args={"id": 8}))
-    assert not Progress.correction_repeats(forced, 'get_order({"id": 7})')
-    assert Progress.correction_repeats(forced, 'get_order({"id": 8})')
-    assert not Progress.correction_repeats(Lesson("a", "b", "c", "42"), "41")
-    assert Progress.correction_repeats(Lesson("a", "b", "c", "Return  42"), "return 42")
+    assert not RepeatWatch.correction_repeats(forced, 'get_order({"id": 7})')
+    assert RepeatWatch.correction_repeats(forced, 'get_order({"id": 8})')
+    assert not RepeatWatch.correction_repeats(Lesson("a", "b", "c", "42"), "41")
+    assert RepeatWatch.correction_repeats(Lesson("a", "b", "c", "Return  42"), "return 42")
 
 
 @pytest.mark.parametrize("message,transient", [

@@ -69,7 +69,7 @@ def main() -> None:
     if verdict.status is Status.PASS:
         return
     failure = verdict.failing[0]
-    lesson, why = reflect(run, goal=task, facts=[], failing_action=candidate, signal=failure,
+    lesson, why = reflect(run, task=task, facts=[], failing_action=candidate, signal=failure,
                           snippet=_evidence(verdict))
     reflector = run.reflector_model or run.model
     print(f"2. reflector ({reflector.name}): {'kept: ' + lesson.render() if lesson else 'discarded (' + why + ')'}")

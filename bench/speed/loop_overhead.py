@@ -160,7 +160,6 @@ def time_refine(iterations: int, store_kind: str, reflect: bool, observed: bool 
         result = refine(
             "bench task",
             [check],
-            reflect=reflect,
             budget=Budget(max_reflections=iterations if reflect else 0),
             session=Session(model=model, store=store, observer=observer),
             max_attempts=iterations,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _EXPORTS: dict[str, str] = {
     # loops and what they share
@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "reflexa.tools.registry",
     "ToolRegistry": "reflexa.tools.registry",
     "sql_tools": "reflexa.tools.sql",
-    "MCPServer": "reflexa.tools.mcp",
+    "MCPClient": "reflexa.tools.mcp",
     "ApprovalRequest": "reflexa.tools.approval",
     "Decision": "reflexa.tools.approval",
     # search

@@ -18,6 +18,10 @@ class Status(StrEnum):
     FAIL = "FAIL"
 
 
+LOOPS: tuple[str, ...] = ("refine", "react", "trials", "research", "plan")
+"""The loops a task, and a stored run, can be of (the task spec's `loop`)."""
+
+
 class StopReason(StrEnum):
     """Why a run ended. Every loop returns one; none raises for a spent budget.
 

@@ -51,7 +51,7 @@ CASES = [
     (["index", "tests.py"], "is a file, not a folder"),
     (["refine", "solve.py", "--tests", "tests.py"], "task file not found"),
     (["react", "  ", "--db", "shop.sqlite"], "the task is empty"),
-    (["runs", "--loop", "bogus"], "--loop must be one of refine, react, research, trials, plan"),
+    (["runs", "--loop", "bogus"], "--loop must be one of refine, react, trials, research, plan"),
     (["refine", "t", "--tests", "syntax.py"], "not valid Python"),
     (["refine", "t", "--tests", "tests.py", "--out", "tests.py"], "would overwrite the --tests file"),
     (["research", "q"], "corpus: required"),

@@ -16,12 +16,13 @@ import typer
 from rich.markup import escape
 
 from ..errors import ConfigError
+from ..types import LOOPS
 from . import approve, batch, run
 from .browse import STATUSES
 from .common import clean_errors, console, errors, find_run, open_store
 from .eval import eval_command
 from .mcp import mcp_command
-from .options import TraceOpt, path_arg
+from .options import JsonOpt, TraceOpt, path_arg
 
 app = typer.Typer(
     name="reflexa",
@@ -58,8 +59,6 @@ _COMMANDS: dict[str, Callable[..., Any]] = {**run.COMMANDS, "resume": run.resume
 for _name, _command in _COMMANDS.items():
     app.command(_name, short_help=SHORT_HELP[_name])(_command)
 
-LOOPS = ("refine", "react", "research", "trials", "plan")
-"""The loops a stored run can be of."""
 
 
 @app.command("index", short_help=SHORT_HELP["index"])
@@ -83,7 +82,7 @@ def index(
 
 @app.command("experience", short_help=SHORT_HELP["experience"])
 def experience_cmd(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the entries as JSON.")] = False,
+    as_json: JsonOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """The repairs the experience library has learned: trigger, repair, hits, success rate."""
@@ -119,7 +118,7 @@ def runs(
                       "process is gone.", show_default=False)] = None,
     since: Annotated[str | None, typer.Option("--since", metavar="WHEN", help="Only runs started since: an age (30m, "
                      "2h, 3d, 1w) or a date (2026-11-30, 2026-11-30T14:00).", show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as a JSON list.")] = False,
+    as_json: JsonOpt = False,
     trace: TraceOpt = None,
 ) -> None:
     """List stored runs, newest first: status, start, duration, model, tokens and task."""
@@ -144,7 +143,7 @@ def runs(
 @app.command("show", short_help=SHORT_HELP["show"])
 def show(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="A run id or a unique prefix of one.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its steps as JSON.")] = False,
+    as_json: JsonOpt = False,
     full: Annotated[bool, typer.Option("--full", help="Show whole candidates, check output, observations, "
                                        "passages and the task.")] = False,
     save_spec: Annotated[Path | None, typer.Option(
@@ -196,7 +195,7 @@ def ui_cmd(
 
 @app.command("models", short_help=SHORT_HELP["models"])
 def models(
-    as_json: Annotated[bool, typer.Option("--json", help="Print backends and local models as JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Which model backends are usable here (and why not for the others), and the named local models."""
     with clean_errors():
@@ -222,7 +221,7 @@ def models(
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from .._version import __version__
 
         print(f"reflexa {__version__}")
         raise typer.Exit()

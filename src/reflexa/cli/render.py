@@ -20,13 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..loops.plan import PlanMade, PlanRejected, Propagated, UnitStatus
-from ..loops.react import Acted
-from ..loops.refine import Attempt, Checked, Flag, NoProgress, RepairChosen
-from ..loops.research import Audited, Queries, Searched
-from ..loops.trials import Trial
-from ..reflect.engine import Decided
-from ..runtime import Checkpoint, ModelCall, Stop
+from ..loops import steps as step_types
 from ..types import Payload, Result, Signal, Step, StopReason, Usage
 
 STATUS_STYLE = {"PASS": "bold green", "NEEDS_IMPROVEMENT": "bold yellow", "FAIL": "bold red"}
@@ -86,14 +80,14 @@ class View:
     def step(self, step: Step) -> None:
         """One stored step, as it happens (live) or from the store (`show`)."""
         data = step.payload()
-        show_time = self.timestamps and not isinstance(data, ModelCall | Checkpoint)
+        show_time = self.timestamps and not isinstance(data, step_types.ModelCall | step_types.Checkpoint)
         self.stamp = f"{datetime.fromtimestamp(step.ended_at):%H:%M:%S} " if show_time else ""
         if data is None:  # a step kind this version does not know, or an older shape of a known one
             self.print(f"[dim]{escape(step.kind)}: {escape(json.dumps(step.output, default=str)[:300])}[/dim]")
             return
         RENDERERS[type(data)](self, step, data)
 
-    def model_call(self, step: Step, c: ModelCall) -> None:
+    def model_call(self, step: Step, c: step_types.ModelCall) -> None:
         if self.verbose:
             u = step.usage
             problem = f", {'call failed' if c.failed else 'invalid reply'}: {escape(c.error)}" if c.error else ""
@@ -101,13 +95,13 @@ class View:
             self.print(f"[dim]#{step.step_id} {step.role} call{on}: {u.input_tokens} in, "
                        f"{u.output_tokens} out, finish={c.finish_reason}{problem}[/dim]")
 
-    def attempt(self, step: Step, a: Attempt) -> None:
+    def attempt(self, step: Step, a: step_types.Attempt) -> None:
         self.rule(f"attempt {a.iteration}" + (" (revision)" if a.revising else ""))
         if a.plan:
             self.print(f"[dim]{escape(_snippet(a.plan, 4))}[/dim]")
         self.print(escape(_snippet(a.candidate or "(empty)", self.lines)))
 
-    def checked(self, step: Step, c: Checked) -> None:
+    def checked(self, step: Step, c: step_types.Checked) -> None:
         status = c.verdict.status
         self.print(f"verdict: [{STATUS_STYLE.get(status, 'bold')}]{status}[/]"
                    + (" [dim](subjective)[/dim]" if c.verdict.subjective else ""))
@@ -116,7 +110,7 @@ class View:
             if self.lines is None and not signal.ok and signal.evidence:  # --full: the output behind the message
                 self.print(f"[dim]{escape(signal.evidence)}[/dim]", highlight=False)
 
-    def decided(self, step: Step, d: Decided) -> None:
+    def decided(self, step: Step, d: step_types.Decided) -> None:
         labels = {"repair": "rule repair", "lesson": "lesson", "none": "no lesson", "stop": "stop"}
         label = labels.get(d.decision, d.decision)
         self.print(f"[cyan]{label}[/cyan] ({escape(d.reason)})")
@@ -127,7 +121,7 @@ class View:
         if d.repair:
             self.print(f"  [cyan]repair[/cyan]: {escape(d.repair.kind)} {escape(json.dumps(d.repair.args))}")
 
-    def acted(self, step: Step, a: Acted) -> None:
+    def acted(self, step: Step, a: step_types.Acted) -> None:
         mark = "[green]✓[/green]" if a.ok else f"[red]✗ {a.code}[/red]"
         replay = " [dim](replayed, not run again)[/dim]" if a.replayed else ""
         if a.superseded:
@@ -135,13 +129,13 @@ class View:
         self.print(f"[bold]step {a.step}[/bold] {escape(a.thought)}\n  {escape(a.action)} {mark}{replay}\n"
                    f"  [dim]{escape(_snippet(a.observation, 6 if self.lines else None))}[/dim]")
 
-    def queries(self, step: Step, q: Queries) -> None:
+    def queries(self, step: Step, q: step_types.Queries) -> None:
         for query in q.run:
             self.print(f"[cyan]search[/cyan] {escape(query)}")
         for rejection in q.rejected:
             self.print(f"[dim]query rejected: {escape(rejection)}[/dim]")
 
-    def searched(self, step: Step, s: Searched) -> None:
+    def searched(self, step: Step, s: step_types.Searched) -> None:
         status = "[green]ok[/green]" if s.status == "ok" else f"[red]failed: {escape(s.error or '')}[/red]"
         cached = " [dim](cached)[/dim]" if s.cached else ""
         self.print(f"  {escape(s.query)}: {status}{cached} {len(s.evidence)} passage(s)")
@@ -151,57 +145,59 @@ class View:
                            f"{escape(passage.source)}", highlight=False)
                 self.print(f"      [dim]{escape(passage.snippet)}[/dim]", highlight=False)
 
-    def audited(self, step: Step, a: Audited) -> None:
+    def audited(self, step: Step, a: step_types.Audited) -> None:
         checked = a.signal.ok and a.signal.score == 1.0  # ✓ only when something was cited and checked
         mark = "[green]✓[/green]" if checked else ("[yellow]–[/yellow]" if a.signal.ok else "[red]✗[/red]")
         self.print(f"citation audit {mark} {escape(a.signal.message)}")
 
-    def trial(self, step: Step, t: Trial) -> None:
+    def trial(self, step: Step, t: step_types.Trial) -> None:
         self.rule(f"trial {t.trial}: {t.stop_reason}")
 
-    def note(self, step: Step, n: Flag | NoProgress | RepairChosen) -> None:
+    def note(self, step: Step, n: step_types.Flag | step_types.NoProgress | step_types.RepairChosen) -> None:
         self.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
-    def plan_made(self, step: Step, p: PlanMade) -> None:
+    def plan_made(self, step: Step, p: step_types.PlanMade) -> None:
         if p.errors:
             self.print(f"[magenta]planner re-asked[/magenta]: {escape('; '.join(p.errors))}")
         if p.checkpoint is not None:
             self.rule(f"goal tree ({p.source})")
             self.print(plan_tree(p.tree, p.checkpoint.state.get("units", [])))
 
-    def plan_rejected(self, step: Step, p: PlanRejected) -> None:
+    def plan_rejected(self, step: Step, p: step_types.PlanRejected) -> None:
         self.rule("goal tree rejected")
         if p.tree is not None:
             self.print(plan_tree(p.tree, []))
         for error in p.errors:
             self.print(f"  [red]✗[/red] {escape(error)}")
 
-    def unit_status(self, step: Step, u: UnitStatus) -> None:
+    def unit_status(self, step: Step, u: step_types.UnitStatus) -> None:
         mark, style = UNIT_MARKS.get(u.status, ("·", "dim"))
         said = f": {escape(u.answer[:200])}" if u.answer and u.status in ("passed", "answered") else ""
         why = f" — {escape(u.reason[:200])}" if u.reason and u.status not in ("passed", "answered") else ""
         self.print(f"[{style}]{mark} {escape(u.name)} {u.status}[/]{said}{why}")
 
-    def propagated(self, step: Step, p: Propagated) -> None:
+    def propagated(self, step: Step, p: step_types.Propagated) -> None:
         c = p.lesson.control
         what = f"{c.kind} {c.tool}" + (f"({c.arg}={c.value!r})" if c and c.arg else "") if c else "lesson"
         self.print(f"[cyan]propagated from {escape(p.origin)}[/cyan]: {escape(what)} — "
                    f"{escape(p.lesson.correction)}")
 
-    def checkpoint(self, step: Step, c: Checkpoint) -> None:
+    def checkpoint(self, step: Step, c: step_types.Checkpoint) -> None:
         pass  # state for a resume, not for reading
 
-    def stop(self, step: Step, s: Stop) -> None:
+    def stop(self, step: Step, s: step_types.Stop) -> None:
         style = STOP_STYLE.get(s.stop_reason, "bold red")
         self.print(f"stop: [{style}]{s.stop_reason}[/]" + (f" — {escape(s.error)}" if s.error else ""))
 
 
 RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
-    ModelCall: View.model_call, Attempt: View.attempt, Checked: View.checked, Decided: View.decided,
-    Acted: View.acted, Queries: View.queries, Searched: View.searched, Audited: View.audited, Trial: View.trial,
-    Flag: View.note, NoProgress: View.note, RepairChosen: View.note, Checkpoint: View.checkpoint, Stop: View.stop,
-    PlanMade: View.plan_made, PlanRejected: View.plan_rejected, UnitStatus: View.unit_status,
-    Propagated: View.propagated,
+    step_types.ModelCall: View.model_call, step_types.Attempt: View.attempt, step_types.Checked: View.checked,
+    step_types.Decided: View.decided, step_types.Acted: View.acted, step_types.Queries: View.queries,
+    step_types.Searched: View.searched, step_types.Audited: View.audited, step_types.Trial: View.trial,
+    step_types.Flag: View.note, step_types.NoProgress: View.note, step_types.RepairChosen: View.note,
+    step_types.Checkpoint: View.checkpoint, step_types.Stop: View.stop, step_types.PlanMade: View.plan_made,
+    step_types.PlanRejected: View.plan_rejected, step_types.UnitStatus: View.unit_status,
+    step_types.Propagated: View.propagated,
 }
 """One renderer per step kind; a test checks every registered kind has one."""
 
@@ -440,7 +436,8 @@ def last_plan_tree(steps: list[Step]) -> Tree | None:
     for step in reversed(steps):
         data = step.payload()
         checkpoint = getattr(data, "checkpoint", None)
-        if isinstance(data, PlanMade | UnitStatus) and checkpoint is not None and checkpoint.state.get("tree"):
+        planned = isinstance(data, step_types.PlanMade | step_types.UnitStatus)
+        if planned and checkpoint is not None and checkpoint.state.get("tree"):
             return plan_tree(checkpoint.state["tree"], checkpoint.state.get("units", []))
     return None
 
@@ -449,7 +446,7 @@ class PlanView(LiveView):
     """A live view of a plan: the tree when it is made and each time a sub-goal finishes, a line per status
     change and per propagated control; the units' own steps only with --verbose."""
 
-    PLAN_KINDS = (PlanMade, PlanRejected, UnitStatus, Propagated)
+    PLAN_KINDS = (step_types.PlanMade, step_types.PlanRejected, step_types.UnitStatus, step_types.Propagated)
     plan_run = ""
     """The plan's own run: the first run announced (the units' runs come after it)."""
 
@@ -460,9 +457,11 @@ class PlanView(LiveView):
 
     def step(self, step: Step) -> None:
         data = step.payload()
-        if isinstance(data, self.PLAN_KINDS) or (isinstance(data, Stop) and step.run_id == self.plan_run):
+        plan_stop = isinstance(data, step_types.Stop) and step.run_id == self.plan_run
+        if isinstance(data, self.PLAN_KINDS) or plan_stop:
             super().step(step)
-            if isinstance(data, UnitStatus) and data.status not in ("running", "pending") and data.checkpoint:
+            if isinstance(data, step_types.UnitStatus) and data.status not in ("running", "pending") \
+                    and data.checkpoint:
                 state = data.checkpoint.state
                 self.console.print(plan_tree(state["tree"], state["units"]))
         elif self.verbose:

@@ -2,9 +2,9 @@
 (`react` by default, `refine` or `research` where the sub-goal says so) in dependency order, under one
 budget and one trace.
 
-    request ─planner─> goal tree ─validate─> (one re-ask with the errors) ─> UNRECOVERABLE
+    task ─planner─> goal tree ─validate─> (one re-ask with the errors) ─> UNRECOVERABLE
                           │
-              for each ready sub-goal:  memory (request facts, dependencies' answers) + lessons so far
+              for each ready sub-goal:  memory (the task's facts, dependencies' answers) + lessons so far
                           └─> child run ─> passed/answered: its answer becomes a fact of its dependents
                                        └─> failed: one replan of it, else its dependents are skipped
                                        └─> controls its reflection learnt (and unrecoverable tool errors)
@@ -18,7 +18,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field
 
 from ..errors import ConfigError
 from ..evaluate.answer import Validator, ValidatorCheck, all_of, as_validator
@@ -122,9 +124,10 @@ class Unit(Serial):
 class PlanState(Serial):
     """The plan's whole state: the tree, each unit's progress, the cross-unit memory and lessons."""
 
-    request: str
+    task: Annotated[str, Field(validation_alias=AliasChoices("task", "request"))]
+    """The whole task (a checkpoint written before the field was named so holds it as `request`)."""
     facts: list[str] = field(default_factory=list)
-    """Global memory: the request's facts; every unit starts with them (and its dependencies' answers)."""
+    """Global memory: the task's facts; every unit starts with them (and its dependencies' answers)."""
     tree: dict[str, Any] | None = None
     units: list[Unit] = field(default_factory=list)
     lessons: list[Lesson] = field(default_factory=list)
@@ -263,7 +266,7 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
 
 def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
     """The planner's tree, validated in code, with one re-ask naming every problem."""
-    messages = prompts.plan_messages(s.request, ctx.registry.describe())
+    messages = prompts.plan_messages(s.task, ctx.registry.describe())
     first: list[str] = []
     for _ in (1, 2):
         reply = ep.run.call(Role.PLANNER, messages, schema=goals.Planned, max_tokens=PLAN_TOKENS, reask=False)
@@ -353,7 +356,7 @@ def _checked(result: Result, check: Validator | None) -> Result:
 
 
 def _memory(s: PlanState, tree: GoalTree, sub: Subgoal) -> list[str]:
-    """The unit's memory slots, most needed first: its dependencies' answers, the request's facts, then
+    """The unit's memory slots, most needed first: its dependencies' answers, the task's facts, then
     other finished units' answers (the workspace keeps as many as its caps allow)."""
     def card(name: str) -> str:
         return f"{name} ({tree.get(name).task[:80]}) = {s.unit(name).answer}"
@@ -449,7 +452,7 @@ def _replan(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, reason: str, 
     sub = tree.get(unit.name)
     blocked = sorted({lesson.control.tool for lesson in s.lessons
                       if lesson.control and lesson.control.kind == "block_tool"})
-    messages = prompts.replan_messages(s.request, ctx.registry.describe(), name=sub.name, task=sub.task,
+    messages = prompts.replan_messages(s.task, ctx.registry.describe(), name=sub.name, subgoal=sub.task,
                                        reason=reason, blocked=blocked)
     reply = ep.run.call(Role.PLANNER, messages, schema=prompts.Replanned, max_tokens=256)
     value = reply.value if reply is not None else None

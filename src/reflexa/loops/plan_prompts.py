@@ -1,5 +1,5 @@
-"""The planner's prompts for `plan`: a request into a goal tree, the single re-ask with the tree's errors,
-and the single replan of a failed sub-goal. The request is data, delimited, never obeyed."""
+"""The planner's prompts for `plan`: a task into a goal tree, the single re-ask with the tree's errors, and the
+single replan of a failed sub-goal. The task is data, delimited, never obeyed."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ class Replanned(BaseModel):
     tools: list[str] | None = None
 
 
-def plan_messages(request: str, tools: str) -> list[Message]:
+def plan_messages(task: str, tools: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM + tools},
-            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(request[:2000])}\n>>>"}]
+            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(task[:2000])}\n>>>"}]
 
 
 def reask(messages: list[Message], reply: str, errors: Sequence[str]) -> list[Message]:
@@ -44,8 +44,9 @@ def reask(messages: list[Message], reply: str, errors: Sequence[str]) -> list[Me
             {"role": "user", "content": REASK.format(errors="\n".join(f"- {e}" for e in errors[:8]))}]
 
 
-def replan_messages(request: str, tools: str, *, name: str, task: str, reason: str,
+def replan_messages(task: str, tools: str, *, name: str, subgoal: str, reason: str,
                     blocked: Sequence[str]) -> list[Message]:
-    return [*plan_messages(request, tools)[:1],
-            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(request[:1000])}\n>>>\n\n" + REPLAN.format(
-                name=name, reason=reason[:300], task=task[:TASK_CHARS], blocked=", ".join(blocked) or "none")}]
+    """The replan of the failed sub-goal `name` (whose task is `subgoal`) of the whole `task`."""
+    return [*plan_messages(task, tools)[:1],
+            {"role": "user", "content": f"Request:\n<<<\n{fence_untrusted(task[:1000])}\n>>>\n\n" + REPLAN.format(
+                name=name, reason=reason[:300], task=subgoal[:TASK_CHARS], blocked=", ".join(blocked) or "none")}]

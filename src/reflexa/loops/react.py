@@ -245,7 +245,7 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
 
 def _decide(ep: Episode, s: ReactState, failure: Undecided, tools: ToolSession) -> Stop | None:
     """The engine's decision on a step's failure, carried out and checkpointed; a Stop if it ends the run."""
-    outcome = ep.engine.handle(failure.signal, goal=s.workspace.goal, facts=s.workspace.facts,
+    outcome = ep.engine.handle(failure.signal, task=s.workspace.task, facts=s.workspace.facts,
                                action=failure.action, snippet=failure.snippet, rule_facts=failure.facts)
     if outcome.stop is not None:
         return Stop(outcome.stop, outcome.reason)

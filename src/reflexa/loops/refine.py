@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
 from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, run_checks
@@ -32,18 +32,22 @@ from .session import Episode, Outcome, Session, run_loop
 
 ContextStrategy = Literal["feedback", "latest", "full"]
 CONTEXTS: tuple[ContextStrategy, ...] = ("feedback", "latest", "full")
-Resample = Literal["off", "stall", "revision"]
-"""When a fresh attempt is sampled instead of revising greedily: never; once, when a revision repeats itself;
-or also after every revision that still fails (the default). On Qwen2.5-Coder-0.5B the two retries convert
-different problems: a greedy revision told how the attempt failed (HumanEval), a sampled fresh attempt
-(MBPP); bench/experiments/retry_ab.py measures both."""
+Repairs = Literal["fixed", "revise", "learn", "frozen"]
+"""How a failed attempt is repaired (the spec's `repairs`, the CLI's --repairs): `fixed` revises it, and follows
+a failed revision with a fresh attempt sampled at RESAMPLE_TEMPERATURE (the default); `revise` revises every
+time, sampling once only when a revision repeats itself (the fixed rule's ablation); `learn` chooses between
+revising and sampling by what converted at what cost, from the store's record (reflect/repairs.py), and
+records what it sees; `frozen` reads that record and leaves it unchanged. On Qwen2.5-Coder-0.5B the two
+retries convert different problems: a greedy revision told how the attempt failed (HumanEval), a sampled
+fresh attempt (MBPP); bench/experiments/retry_ab.py measures both."""
+REPAIRS: tuple[str, ...] = get_args(Repairs)
 MAX_ATTEMPTS = 3
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
 "Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
 shown the revision's lesson: on MBPP each way round lost the conversions this attempt makes on a small
-model (bench/README.md, Experiments)."""
+model (bench/HISTORY.md)."""
 MAX_LESSONS = 5
 """Lessons a run keeps (the newest) and shows a fresh attempt: a long run's prompt and checkpoint stay bounded."""
 RECENT = 3
@@ -130,26 +134,26 @@ class RefineState(Serial):
 
 def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Session | None = None,
            budget: Budget = Budget(), max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback",
-           reflect: bool = True, lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
-           resample: Resample = "revision", family: str = "refine", meta: dict[str, Any] | None = None,
+           lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
+           repairs: Repairs = "fixed", family: str = "refine", meta: dict[str, Any] | None = None,
            resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
     a spent budget. `checks` is one check or a list; a check is a `Check` or a plain function
     `candidate -> bool | str | Signal` (a string says what is wrong).
 
     The checks decide PASS, NEEDS_IMPROVEMENT (revise the latest candidate with its feedback) or FAIL
-    (start fresh from the task plus the lessons so far). A failure goes through the reflection engine:
-    with `reflect`, the reflector turns it into a lesson (within budget.max_reflections, default 2);
-    otherwise, or when the quota is spent, the raw signals are the feedback. `context` says what a revision
+    (start fresh from the task plus the lessons so far). A failure goes through the reflection engine: the
+    reflector turns it into a lesson (within budget.max_reflections, default 2; 0 turns reflection off);
+    when the quota is spent, the raw signals are the feedback. `context` says what a revision
     sees: "feedback" (the default) the task and how the latest candidate failed, without its code (a small
     model shown its failed code copies it); "latest" that candidate and its feedback, to revise; "full"
     every earlier attempt (a fresh start shows the task and the lessons under each). `lessons` are carried in
-    from earlier trials. With `resample` "revision" (the default), a failed revision is followed by a fresh
-    attempt sampled at RESAMPLE_TEMPERATURE, and no lesson is bought for it (it would not be shown one);
-    with "stall", only a revision that repeats itself is, once, before the run stops NO_PROGRESS. A session
-    with a repair policy (`Session(repairs=RepairPolicy(store))`) chooses between revising and sampling by
-    what has converted instead. The session's governor may cut retries for a `family` of tasks where they
-    have not paid.
+    from earlier trials. `repairs` says how a failure is repaired (see `Repairs`): with "fixed" (the default)
+    a failed revision is followed by a fresh attempt sampled at RESAMPLE_TEMPERATURE, and no lesson is
+    bought for it (it would not be shown one); with "revise", only a revision that repeats itself is, once,
+    before the run stops NO_PROGRESS; "learn" and "frozen" choose by the store's record of what converted
+    (a session's own `repairs` policy wins). The session's governor may cut retries for a `family` of tasks
+    where they have not paid.
     `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     checking = as_checks(checks)
@@ -157,18 +161,25 @@ def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Sessi
         raise ConfigError("refine needs at least one check", hint="give tests, a command, a schema or a judge")
     if context not in CONTEXTS:
         raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}")
+    if repairs not in REPAIRS:
+        raise ConfigError(f"repairs must be one of {', '.join(REPAIRS)}, not {repairs!r}")
+    session = session or Session()
+    if repairs in ("learn", "frozen") and session.repairs is None:
+        from ..reflect.repairs import RepairPolicy
+
+        session = replace(session, repairs=RepairPolicy(session.store, frozen=repairs == "frozen"))
     state = RefineState(task, list(lessons))
 
     def body(ep: Episode, s: RefineState) -> Stop:
-        return _attempts(ep, s, checking, context, max_reply_tokens, temperature, resample)
+        return _attempts(ep, s, checking, context, max_reply_tokens, temperature, repairs)
 
-    return run_loop(session or Session(), "refine", task, state, body, budget=budget, bound=max_attempts,
-                    family=family, reflect=reflect, resume=resume,
+    return run_loop(session, "refine", task, state, body, budget=budget, bound=max_attempts,
+                    family=family, resume=resume,
                     meta={"context": context, "checks": [c.name for c in checking], **(meta or {})})
 
 
 def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, reply_tokens: int,
-              temperature: float, resample: Resample) -> Stop:
+              temperature: float, repairs: Repairs) -> Stop:
     """The loop itself: attempt, check, then stop, revise or restart."""
     run, engine = ep.run, ep.engine
     check_context = CheckContext(s.task, ask=run.call)
@@ -189,7 +200,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
         klass = failure_class(failing[0], kind)
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
-            if resample == "off" or s.resampled or s.attempts == ep.bound:
+            if s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
             # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
@@ -204,7 +215,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             break  # no attempt left to use a lesson: reflecting now would waste tokens
         failure = verdict.failing[0]
         evidence = _evidence(verdict)
-        if verdict.status is not Status.FAIL and _repair(ep, klass, revised, resample, s.task) == "sample":
+        if verdict.status is not Status.FAIL and _repair(ep, klass, revised, repairs, s.task) == "sample":
             # A fresh, sampled attempt follows, and it is not shown a revision's lesson (see
             # RESAMPLE_TEMPERATURE), so none is bought.
             s.history += [(candidate, f"{verdict.feedback}\n{evidence}")] if context == "full" else []
@@ -212,7 +223,7 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             ep.checkpoint(s)
             continue
         tokens_before = run.meter.total.total_tokens  # a reflection bought for the revision is part of its cost
-        outcome = engine.handle(failure, goal=s.task, facts=[], action=candidate, snippet=evidence,
+        outcome = engine.handle(failure, task=s.task, facts=[], action=candidate, snippet=evidence,
                                 rule_facts=Facts(retryable=False))
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
@@ -229,12 +240,12 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
     return Stop(StopReason.MAX_ITERATIONS)
 
 
-def _repair(ep: Episode, klass: str, revised: bool, resample: Resample, task: str) -> RepairKind:
+def _repair(ep: Episode, klass: str, revised: bool, repairs: Repairs, task: str) -> RepairKind:
     """How the next attempt repairs a failure that can be revised: by the session's repair policy, else by
-    `resample` (a fresh sample after a failed revision, by default)."""
+    the fixed rule (a fresh sample after a failed revision) or, with `revise`, by revising."""
     policy = ep.session.repairs
     if policy is None:
-        return "sample" if revised and resample == "revision" else "revise"
+        return "sample" if revised and repairs == "fixed" else "revise"
     choice = policy.choose(ep.roi_model, ep.family, klass, task)
     ep.run.record(RepairChosen(choice.klass, choice.repair, choice.why))
     return choice.repair

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field
 
 from ..evaluate.citations import audit, clean, references, strip_references, verified
 from ..runtime import Run, Stop
@@ -78,7 +80,8 @@ class Audited(Payload):
 class ResearchState(Serial):
     """Everything a research run knows; a checkpoint after each round stores it for a resume."""
 
-    question: str
+    task: Annotated[str, Field(validation_alias=AliasChoices("task", "question"))]
+    """The question (a checkpoint written before the field was named so holds it as `question`)."""
     draft: prompts.Revision | None = None
     anchor: list[str] = field(default_factory=list)
     """Gaps named before any evidence was read: later queries must relate to these or to the question."""
@@ -141,7 +144,7 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
     """The loop itself: draft, then let the engine turn gaps into searches and audit failures into revisions."""
     run, engine = ep.run, ep.engine
     if s.draft is None:
-        reply = run.call(Role.GENERATOR, prompts.draft(s.question), schema=prompts.Draft, max_tokens=512)
+        reply = run.call(Role.GENERATOR, prompts.draft(s.task), schema=prompts.Draft, max_tokens=512)
         if reply is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         if reply.value is None:  # even after the re-ask; a cut-off draft may still hold its answer
@@ -165,7 +168,7 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
             s.notes.append(f"stopped revising: {why}")
             # A gap left open does not undo an answer whose citations the audit passed.
             return Stop(StopReason.PASSED if s.checked() else StopReason.NO_PROGRESS)
-        outcome = engine.handle(bad[0], goal=s.question, facts=[], action=s.draft.answer[:300], snippet=bad[0].message)
+        outcome = engine.handle(bad[0], task=s.task, facts=[], action=s.draft.answer[:300], snippet=bad[0].message)
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
         searching = outcome.repair is not None and outcome.repair.kind == "search"
@@ -195,12 +198,12 @@ def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: Sea
     assert s.draft is not None
     gaps = prompts.concrete_gaps(s.draft.reflection)
     seen = {normalise_query(q) for q in s.ran}
-    queries, rejected = prompts.clean_queries(s.draft.search_queries, s.question, gaps, seen, s.anchor)
+    queries, rejected = prompts.clean_queries(s.draft.search_queries, s.task, gaps, seen, s.anchor)
     if not s.ran:
         # The first round searches the question itself too: the draft's queries follow the draft, and a wrong
         # draft's queries find passages that agree with it; the question names what the answer is about.
-        asked = normalise_query(s.question)
-        queries = [s.question, *(q for q in queries if normalise_query(q) != asked)][:prompts.MAX_QUERIES]
+        asked = normalise_query(s.task)
+        queries = [s.task, *(q for q in queries if normalise_query(q) != asked)][:prompts.MAX_QUERIES]
     run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
     if not queries:
         s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")
@@ -266,14 +269,14 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
     An unusable revision keeps the last good draft."""
     assert s.draft is not None
     numbered = list(enumerate(s.evidence, start=1))
-    reply = ep.run.call(Role.GENERATOR, prompts.revise(s.question, s.draft, numbered, s.failed, s.feedback),
+    reply = ep.run.call(Role.GENERATOR, prompts.revise(s.task, s.draft, numbered, s.failed, s.feedback),
                         schema=prompts.Revision, max_tokens=700)
     if reply is None:
         return False
     if reply.value is not None:
         revision: prompts.Revision = reply.value
         revision.answer = prompts.with_citations(strip_references(revision.answer), revision.evidence_used,
-                                                 s.evidence, s.question, revision.quote)
+                                                 s.evidence, s.task, revision.quote)
         s.draft = revision
         ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
     return True

@@ -37,7 +37,7 @@ class TrialCall:
     """The trial's own unfinished run, when the trials run is resumed."""
 
 
-Attempt = Callable[[TrialCall], Result]
+TrialRunner = Callable[[TrialCall], Result]
 """Runs one trial, e.g. `lambda t: react(task, tools, lessons=t.lessons, budget=t.budget, meta=t.meta,
 resume=t.resume, session=session)`."""
 
@@ -72,18 +72,18 @@ class TrialsState(Serial):
         return Outcome(self.output, self.best, self.verdict, self.trials, retried=self.trials > 1)
 
 
-def trials(task: str, attempt: Attempt, *, session: Session | None = None, max_trials: int = MAX_TRIALS,
+def trials(task: str, trial: TrialRunner, *, session: Session | None = None, max_trials: int = MAX_TRIALS,
            budget: Budget = Budget(), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Run up to `max_trials` trials until one passes. One budget covers them all and this run's own
     reflections: usage adds up every trial's usage, and each trial is handed the budget left. Each trial
     is also stored as a run of its own, named in this run's `trial` steps. `meta` is stored with the run;
     `resume=RUN_ID` continues a stored trials run, resuming the trial that was under way."""
     return run_loop(session or Session(), "trials", task, TrialsState(),
-                    lambda ep, s: _trials(ep, s, task, attempt), budget=budget, bound=max_trials,
+                    lambda ep, s: _trials(ep, s, task, trial), budget=budget, bound=max_trials,
                     reflect=max_trials > 1, meta=meta, resume=resume)
 
 
-def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
+def _trials(ep: Episode, s: TrialsState, task: str, trial: TrialRunner) -> Stop:
     run, engine = ep.run, ep.engine
     for role, usage in s.spent.items():  # a resumed run: what its finished trials spent
         run.meter.record(role, usage)
@@ -95,7 +95,7 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
         if child is not None and child.status == "finished" and child.result is not None:
             last = Result.from_dict(child.result)  # it ended before the kill: read back, not run again
         else:
-            last = attempt(_call(run, s, child))
+            last = trial(_call(run, s, child))
         if last.stop_reason is StopReason.AWAITING_APPROVAL:  # a resume resumes this trial's run
             return Stop(last.stop_reason, awaiting(last.error, last.run_id, run.run_id))
         for role, usage in last.usage.items():
@@ -111,7 +111,7 @@ def _trials(ep: Episode, s: TrialsState, task: str, attempt: Attempt) -> Stop:
             return Stop(last.stop_reason, last.error)
         if s.trials == ep.bound:
             break  # no trial left to use a lesson
-        outcome = engine.handle(_signal(last), goal=task, facts=[], action=f"trial {s.trials}: {last.output or ''}",
+        outcome = engine.handle(_signal(last), task=task, facts=[], action=f"trial {s.trials}: {last.output or ''}",
                                 snippet=last.error or _feedback(last))
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)

@@ -5,7 +5,7 @@
 - `research`: a question and a folder of documents -> an answer whose claims cite the documents.
 - `runs` and `show`: the runs in the trace store, and one run's steps, read-only.
 
-Budgets are the server's own (`Limits`, from its flags): a caller cannot name one, so a client's model cannot
+Budgets are the server's own (`ClientBudget`, from its flags): a caller cannot name one, so a client's model cannot
 spend more than whoever started the server allowed. A bad argument is a tool error with one clear line (the
 SDK's ToolError), never a traceback. Stdout carries the protocol alone: the Session has no observer (no live
 view), the SDK moves file descriptor 1 to stderr while it serves (what a library or a child process writes
@@ -39,27 +39,28 @@ from ..types import Result, Step
 
 MAX_RUNS = 100
 """`runs` lists at most this many runs, whatever limit it is given."""
-MAX_STEPS = 200
+MAX_SHOWN_STEPS = 200
 """`show` summarises at most this many steps of a run (the first ones); `steps_total` counts them all."""
 LINE = 200
 """Characters of a step's one-line summary, a task excerpt or a note."""
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
-    """The budget of every run the server starts, from its flags; None leaves that bound to the loop's own
-    default (refine's 3 attempts, research's rounds) or unbounded (tokens, calls, seconds)."""
+class ClientBudget:
+    """The budget of every run a client starts, from the server's flags; None leaves that bound to the loop's
+    own default (refine's 3 attempts, 2 reflections) or unbounded (tokens, calls, seconds)."""
 
     max_tokens: int | None = None
     max_calls: int | None = None
     max_seconds: float | None = None
+    max_reflections: int | None = None
     max_attempts: int | None = None
     """refine's attempts at most."""
 
     def fields(self, loop: str) -> dict[str, Any]:
-        """The TaskSpec fields these limits set on a task of `loop`."""
+        """The TaskSpec fields this budget sets on a task of `loop`."""
         given: dict[str, Any] = {"max_tokens": self.max_tokens, "max_calls": self.max_calls,
-                                 "max_seconds": self.max_seconds}
+                                 "max_seconds": self.max_seconds, "max_reflections": self.max_reflections}
         if loop == "refine":
             given["max_attempts"] = self.max_attempts
         return {name: value for name, value in given.items() if value is not None}
@@ -104,7 +105,7 @@ class ResearchReply(TypedDict):
     note: str | None
 
 
-class RunRow(TypedDict):
+class RunSummary(TypedDict):
     run_id: str
     loop: str
     task: str
@@ -116,7 +117,7 @@ class RunRow(TypedDict):
 class RunsReply(TypedDict):
     """The `runs` tool's result: the latest runs, newest first."""
 
-    runs: list[RunRow]
+    runs: list[RunSummary]
 
 
 class StepRow(TypedDict):
@@ -157,10 +158,10 @@ INSTRUCTIONS = ("reflexa checks each attempt against objective signals and retri
                 "`show` read the stored runs.")
 
 
-def serve(*, model: str | None, reflector_model: str | None, trace: str | None, limits: Limits) -> None:
+def serve(*, model: str | None, reflector_model: str | None, trace: str | None, budget: ClientBudget) -> None:
     """Build the session (its model, reflector and trace store) and serve the tools over stdio until the
     client closes the connection. A bad model spec or store is a ReflexaError before anything is served."""
-    build_server(open_session(model, reflector_model, trace), limits).run("stdio")
+    build_server(open_session(model, reflector_model, trace), budget).run("stdio")
 
 
 def open_session(model: str | None, reflector_model: str | None, trace: str | None) -> Session:
@@ -174,12 +175,12 @@ def open_session(model: str | None, reflector_model: str | None, trace: str | No
                    reflector_model=resolve_reflector(reflector_model, generator))
 
 
-def build_server(session: Session, limits: Limits, *, folder: Path | None = None) -> MCPServer:
-    """An MCPServer with reflexa's tools, running every task in `session` within `limits`. Relative paths a
+def build_server(session: Session, budget: ClientBudget, *, folder: Path | None = None) -> MCPServer:
+    """An MCPServer with reflexa's tools, running every task in `session` within `budget`. Relative paths a
     caller gives (a tests file, a corpus) are read against `folder`, by default the current directory."""
-    from .. import __version__
+    from .._version import __version__
 
-    tools = Tools(session, limits, (folder or Path.cwd()).resolve())
+    tools = Tools(session, budget, (folder or Path.cwd()).resolve())
     app: MCPServer = MCPServer("reflexa", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
                                lifespan=stdout_to_stderr)
     app.tool(annotations=WRITES)(tools.refine)
@@ -234,8 +235,8 @@ RunIdArg = Annotated[str, Field(description="A run id, or a unique prefix of one
 class Tools:
     """The tools' bodies: each builds a task spec, runs it in the shared session and returns plain data."""
 
-    def __init__(self, session: Session, limits: Limits, folder: Path) -> None:
-        self.session, self.limits, self.folder = session, limits, folder
+    def __init__(self, session: Session, budget: ClientBudget, folder: Path) -> None:
+        self.session, self.budget, self.folder = session, budget, folder
 
     def refine(self, task: TaskArg, tests: TestsArg = None, test_code: TestCodeArg = None, check: CheckArg = None,
                regex: RegexArg = None, out: OutArg = None) -> RefineReply:
@@ -269,7 +270,7 @@ class Tools:
         """The latest runs in the trace store, newest first: id, loop, task excerpt, status and stop reason."""
         with tool_errors():
             store, now = self.session.store, time.time()
-            rows = [RunRow(run_id=r.run_id, loop=r.loop, task=one_line(r.task, LINE),
+            rows = [RunSummary(run_id=r.run_id, loop=r.loop, task=one_line(r.task, LINE),
                            status=shown_status(r, store.lease(r.run_id), now), stop_reason=r.stop_reason,
                            started_at=iso(r.started_at))
                     for r in store.runs(min(limit, MAX_RUNS))]
@@ -283,9 +284,9 @@ class Tools:
     # --- helpers -------------------------------------------------------------------------------------------
 
     def _run(self, loop: str, fields: dict[str, Any], workdir: Path) -> Result:
-        """The task as a spec within the server's limits, run in the session (`run` checks its files first)."""
+        """The task as a spec within the server's budget, run in the session (`run` checks its files first)."""
         given = {name: value for name, value in fields.items() if value is not None}
-        spec = TaskSpec.parse({"loop": loop, **given, **self.limits.fields(loop)},
+        spec = TaskSpec.parse({"loop": loop, **given, **self.budget.fields(loop)},
                               where=f"invalid {loop} arguments")
         return spec.resolved(workdir).run(self.session)
 
@@ -357,7 +358,7 @@ def show_data(store: Store, record: RunRecord) -> ShowReply:
         model=record.meta.get("model"), answer=answer, error=result.get("error"),
         usage=Spent(tokens=int(total.get("input_tokens", 0)) + int(total.get("output_tokens", 0)),
                     calls=int(total.get("calls", 0))),
-        steps=[StepRow(step=s.step_id, kind=s.kind, role=s.role, text=step_text(s)) for s in steps[:MAX_STEPS]],
+        steps=[StepRow(step=s.step_id, kind=s.kind, role=s.role, text=step_text(s)) for s in steps[:MAX_SHOWN_STEPS]],
         steps_total=len(steps))
 
 

@@ -24,7 +24,11 @@ TRANSIENT = re.compile(r"\b(busy|(database|table|file|resource) is locked|try (a
 """A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
 pause is the textbook repair, and asking a model why costs more than the retry. A bare number is no such
 sign ("no customer with id 503"), nor is "locked" alone ("account is locked by policy")."""
-class Decision(StrEnum):
+
+
+class Route(StrEnum):
+    """Where the classifier sends a failure: a rule repairs it, nothing can help, or it needs reflection."""
+
     RULE = "rule"
     UNRECOVERABLE = "unrecoverable"
     REFLECT = "reflect"
@@ -44,7 +48,7 @@ class Repair:
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    decision: Decision
+    route: Route
     reason: str
     repair: Repair | None = None
 
@@ -66,41 +70,41 @@ class Facts:
     answer_asked: bool = False
     """The final answer was already asked for after this same repeated call: ask the reflector instead."""
     human: bool = False
-    """A human denied the call: the tool is blocked, and the agent may still reach the goal another way."""
+    """A human denied the call: the tool is blocked, and the agent may still reach the task's answer another way."""
 
 
 def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
     code = signal.code
     if code is ErrorCode.PERMISSION and not facts.human:
-        return Classification(Decision.UNRECOVERABLE, f"permission denied: {signal.message}")
+        return Classification(Route.UNRECOVERABLE, f"permission denied: {signal.message}")
     if facts.fatal:
         reason = "the target does not exist" if code is ErrorCode.NOT_FOUND else "the tool says retrying cannot help"
-        return Classification(Decision.UNRECOVERABLE, f"{reason}: {signal.message}")
+        return Classification(Route.UNRECOVERABLE, f"{reason}: {signal.message}")
     if code in (ErrorCode.NOT_FOUND, ErrorCode.SCHEMA) and facts.suggestion:
-        return Classification(Decision.RULE, "close match for a wrong name or value", Repair("args", facts.suggestion))
+        return Classification(Route.RULE, "close match for a wrong name or value", Repair("args", facts.suggestion))
     if code is ErrorCode.TIMEOUT and facts.retryable and facts.retries_before == 0:
-        return Classification(Decision.RULE, "first timeout: retry once after a pause",
+        return Classification(Route.RULE, "first timeout: retry once after a pause",
                               Repair("retry", delay=TIMEOUT_BACKOFF))
     if code is ErrorCode.TOOL_ERROR and facts.retryable and facts.retries_before < TRANSIENT_RETRIES \
             and TRANSIENT.search(signal.message):
-        return Classification(Decision.RULE, "a transient error: retry after a pause",
+        return Classification(Route.RULE, "a transient error: retry after a pause",
                               Repair("retry", delay=TIMEOUT_BACKOFF * 2**facts.retries_before))
     if code is ErrorCode.TOO_LONG and facts.can_page:
-        return Classification(Decision.RULE, "truncated observation: show the next page", Repair("page"))
+        return Classification(Route.RULE, "truncated observation: show the next page", Repair("page"))
     if code is ErrorCode.REPEATED and signal.message.startswith("repeated action") and facts.retryable \
             and not facts.answer_asked:
         # A read-only call repeated returns what it returned before: the agent is circling an answer it
         # already holds. Asking for the answer now costs one call; a wrong one meets the validator.
-        return Classification(Decision.RULE, "a repeated read-only call: answer from what is known",
+        return Classification(Route.RULE, "a repeated read-only call: answer from what is known",
                               Repair("answer"))
     if code is ErrorCode.GAP:
-        return Classification(Decision.RULE, "a named gap: search for it", Repair("search"))
+        return Classification(Route.RULE, "a named gap: search for it", Repair("search"))
     if signal.pinpointed:
         # Such a signal says what a lesson would, whatever check wrote it. On the default model a lesson on a
         # failing assert that names the value converts no more HumanEval problems than the signal alone, for
         # 1.3x the tokens per solved problem, and lessons on crashes that name their line convert none
-        # (bench/README.md, Experiments).
-        return Classification(Decision.RULE, "the failure names its cause: revise with it", Repair("revise"))
+        # (bench/HISTORY.md).
+        return Classification(Route.RULE, "the failure names its cause: revise with it", Repair("revise"))
     if code is ErrorCode.UNCITED:
-        return Classification(Decision.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
-    return Classification(Decision.REFLECT, f"{code or 'failure'} needs judgement")
+        return Classification(Route.RULE, "citations fail the audit: revise with its feedback", Repair("revise"))
+    return Classification(Route.REFLECT, f"{code or 'failure'} needs judgement")

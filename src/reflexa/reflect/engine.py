@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..types import ErrorCode, Lesson, Payload, Signal, StopReason, payload
-from .classify import Decision, Facts, Repair, classify
+from .classify import Facts, Repair, Route, classify
 from .experience import ExperienceLibrary
 from .gate import failing
-from .progress import REPEATED_FAILURES, Progress
+from .progress import REPEATED_FAILURES, RepeatWatch
 from .reflector import reflect
 
 if TYPE_CHECKING:
@@ -34,19 +34,19 @@ NO_FACTS = Facts()
 TOOL_BOUND = frozenset({ErrorCode.TIMEOUT, ErrorCode.SCHEMA, ErrorCode.EMPTY, ErrorCode.TOOL_ERROR,
                         ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENT, ErrorCode.PERMISSION, ErrorCode.BLOCKED,
                         ErrorCode.TOO_LONG, ErrorCode.RESOURCE_LIMIT})
-"""Failures that describe a tool's behaviour: repaired alike whatever the goal, so their experience entries
-are shared across goals. Every other failure judges the answer to one goal or the agent's conduct on it (a
+"""Failures that describe a tool's behaviour: repaired alike whatever the task, so their experience entries
+are shared across tasks. Every other failure judges the answer to one task or the agent's conduct on it (a
 validator's "does not match", a repeated thought, low confidence, an empty final answer, failed tests) and
-reads the same for every goal, so a repair learnt on one goal is no repair for another: its entry is keyed
-to the goal as well."""
+reads the same for every task, so a repair learnt on one task is no repair for another: its entry is keyed
+to the task as well."""
 
 
-def experience_key(signal: Signal, goal: str) -> str:
-    """The experience library's key for a failure: its fingerprint, plus the goal's unless it is a tool's
+def experience_key(signal: Signal, task: str) -> str:
+    """The experience library's key for a failure: its fingerprint, plus the task's unless it is a tool's
     own failure (TOOL_BOUND, from a tool other than the final answer)."""
     if signal.code in TOOL_BOUND and signal.source.startswith("tool:") and signal.source != "tool:final_answer":
         return signal.fingerprint
-    digest = hashlib.sha256(" ".join(goal.lower().split()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(" ".join(task.lower().split()).encode()).hexdigest()[:16]
     return f"{signal.fingerprint}|goal:{digest}"
 
 
@@ -106,7 +106,7 @@ class Engine:
         self.run = run
         self.experience = experience
         self.quota = DEFAULT_QUOTA if quota is None else quota
-        self.progress = Progress()
+        self.progress = RepeatWatch()
         self.counters = Counters()
         self._error_since: int | None = None
         self._pending: set[str] = set()  # experience entries used since the last clean step
@@ -127,21 +127,21 @@ class Engine:
                 self._settle(True)
         return bad
 
-    def handle(self, signal: Signal, *, goal: str, facts: Sequence[str], action: str, snippet: str,
+    def handle(self, signal: Signal, *, task: str, facts: Sequence[str], action: str, snippet: str,
                rule_facts: Facts = NO_FACTS) -> Handling:
-        outcome = self._decide(signal, goal, facts, action, snippet, rule_facts)
+        outcome = self._decide(signal, task, facts, action, snippet, rule_facts)
         self.run.record(Decided(signal, action[:300], outcome.kind, outcome.reason, outcome.lesson, outcome.repair,
                                 outcome.reused, outcome.stop))
         return outcome
 
-    def _decide(self, signal: Signal, goal: str, facts: Sequence[str], action: str, snippet: str,
+    def _decide(self, signal: Signal, task: str, facts: Sequence[str], action: str, snippet: str,
                 rule_facts: Facts) -> Handling:
         fingerprint = signal.fingerprint
         verdict = classify(signal, rule_facts)
-        if verdict.decision is Decision.UNRECOVERABLE:
+        if verdict.route is Route.UNRECOVERABLE:
             self.counters.unrecoverable += 1
             return Handling("stop", verdict.reason, stop=StopReason.UNRECOVERABLE)
-        if verdict.decision is Decision.RULE:
+        if verdict.route is Route.RULE:
             self.counters.rule_repairs += 1
             return Handling("repair", verdict.reason, repair=verdict.repair)
         if self.progress.failed(action, fingerprint):
@@ -152,7 +152,7 @@ class Engine:
         if self.progress.recurs(fingerprint):
             self.counters.no_progress += 1
             return Handling("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
-        key = experience_key(signal, goal) if self.experience is not None else ""  # no library, no key
+        key = experience_key(signal, task) if self.experience is not None else ""  # no library, no key
         if self.experience is not None:
             if (lesson := self.experience.lookup(key)) is not None:
                 self.counters.experience_hits += 1
@@ -164,7 +164,7 @@ class Engine:
             self.counters.quota_skips += 1
             return Handling("none", f"reflection quota ({self.quota}) spent")
         self.counters.reflector_calls += 1
-        lesson, why = reflect(self.run, goal=goal, facts=facts, failing_action=action, signal=signal, snippet=snippet)
+        lesson, why = reflect(self.run, task=task, facts=facts, failing_action=action, signal=signal, snippet=snippet)
         if lesson is None:
             self.counters.lessons_discarded += 1
             return Handling("none", f"lesson discarded: {why}")

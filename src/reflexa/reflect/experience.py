@@ -1,7 +1,7 @@
 """The experience library: repairs learned from failures, shared across runs and processes via the store.
 
 A failure's fingerprint (tool, error code, normalised message) maps to the lesson that repaired it; a
-rejected answer's key also holds its goal (`engine.experience_key`). It is looked up before the reflector;
+rejected answer's key also holds its task (`engine.experience_key`). It is looked up before the reflector;
 a hit costs no model call. Each entry keeps hits, successes and failures; a repair whose failures outnumber
 its successes by DEMOTE_MARGIN is demoted (no longer served). The library has a capacity (the least
 valuable entry is evicted) and an expiry.

@@ -29,7 +29,7 @@ being shown its error once repeats it again. Failures a rule repairs (a retry of
 count."""
 
 
-class Progress:
+class RepeatWatch:
     """Remembers what was reflected on, so the same failure twice after a reflection stops the run, and
     the last failing action, so the same failing call three times in a row stops it too."""
 

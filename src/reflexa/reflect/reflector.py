@@ -1,6 +1,6 @@
 """The reflector: one model call that turns a failure into a lesson, seeing local context only.
 
-Its input is about 500 tokens at most: the goal, the fact cards, the failing action, its signal and a
+Its input is about 500 tokens at most: the task, the fact cards, the failing action, its signal and a
 snippet of the observation around the failure; never the whole history. Its output is capped JSON. A
 reply that does not parse is discarded, not retried; so is a lesson without concrete evidence.
 """
@@ -51,17 +51,17 @@ class Reflection(BaseModel):
     control_value: Text300 = ""
 
 
-def local_context(goal: str, facts: Sequence[str], failing_action: str, signal: Signal, snippet: str) -> str:
+def local_context(task: str, facts: Sequence[str], failing_action: str, signal: Signal, snippet: str) -> str:
     """The reflector's user prompt, each part capped so the whole stays within CONTEXT_CHARS."""
     fact_text = "\n".join(f"- {cap(f, 160)}" for f in facts[:3]) or "(none)"
-    head = f"Goal:\n{cap(goal, 500)}\n\nKnown facts:\n{fact_text}\n\n"
+    head = f"Goal:\n{cap(task, 500)}\n\nKnown facts:\n{fact_text}\n\n"
     tail = (
         f"Failing action:\n<<<\n{fence_untrusted(cap(failing_action, 400))}\n>>>\n\n"
         f"Signal: {signal.code or 'FAILED'} from {signal.source}: {cap(signal.message, 250)}\n\n"
         f"Output around the failure:\n<<<\n{fence_untrusted(cap(snippet, 350))}\n>>>\n\n"
         "Reply with JSON: failure_step, observed_mismatch (quote the evidence), root_cause, correction."
     )
-    # Over the limit, the goal and facts give way: the evidence, its closing >>> and the instruction stay.
+    # Over the limit, the task and facts give way: the evidence, its closing >>> and the instruction stay.
     return head[: max(0, CONTEXT_CHARS - len(tail))] + tail
 
 
@@ -74,13 +74,13 @@ def _terms(text: str) -> set[str]:
     return {w.lower() for w in _TERM.findall(text)} - _COMMON
 
 
-def grounded(lesson: Lesson, evidence: str, goal: str = "") -> bool:
-    """A lesson is worth keeping when its observed mismatch names something the evidence shows and the goal
+def grounded(lesson: Lesson, evidence: str, task: str = "") -> bool:
+    """A lesson is worth keeping when its observed mismatch names something the evidence shows and the task
     does not: a word or a value from the failure's output. A lesson that only restates the task ("the
     function should check every pair") names nothing the next attempt did not already know."""
     if INSUFFICIENT in f"{lesson.root_cause} {lesson.observed_mismatch}".lower():
         return False
-    news = _terms(evidence) - _terms(goal)
+    news = _terms(evidence) - _terms(task)
     return bool(_terms(lesson.observed_mismatch) & news)
 
 
@@ -106,10 +106,10 @@ def _control(reply: Reflection) -> Control | None:
     return Control(reply.control, reply.control_tool, reply.control_arg, reply.control_value)
 
 
-def reflect(run: Run, *, goal: str, facts: Sequence[str], failing_action: str, signal: Signal,
+def reflect(run: Run, *, task: str, facts: Sequence[str], failing_action: str, signal: Signal,
             snippet: str) -> tuple[Lesson | None, str]:
     """(lesson, "") or (None, why it was discarded). The raw reply goes to the trace only."""
-    prompt = local_context(goal, facts, failing_action, signal, snippet)
+    prompt = local_context(task, facts, failing_action, signal, snippet)
     try:
         reply = run.call(Role.REFLECTOR, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
                          schema=Reflection, max_tokens=REPLY_TOKENS, reask=False)
@@ -124,7 +124,7 @@ def reflect(run: Run, *, goal: str, facts: Sequence[str], failing_action: str, s
         return None, f"unparseable reply: {reply.error}"
     value: Reflection = reply.value
     lesson = Lesson(value.failure_step, value.observed_mismatch, value.root_cause, value.correction, _control(value))
-    if not grounded(lesson, f"{failing_action}\n{signal.message}\n{signal.evidence}\n{snippet}", goal):
+    if not grounded(lesson, f"{failing_action}\n{signal.message}\n{signal.evidence}\n{snippet}", task):
         return None, INSUFFICIENT
     if restates(lesson):
         return None, RESTATES

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field
 
 from ..types import Lesson, cap, cap_ends, fence_untrusted
 
@@ -21,7 +23,8 @@ run's own facts never push them out."""
 
 @dataclass(slots=True)
 class Workspace:
-    goal: str
+    task: Annotated[str, Field(validation_alias=AliasChoices("task", "goal"))]
+    """The task; a checkpoint written before the field was named so holds it as `goal`."""
     facts: list[str] = field(default_factory=list)
     window: list[dict[str, Any]] = field(default_factory=list)
     policies: list[str] = field(default_factory=list)
@@ -55,7 +58,7 @@ class Workspace:
             self.forced = {"tool": lesson.control.tool, "args": dict(lesson.control.args)}
 
     def render(self) -> str:
-        parts = [f"Goal: {self.goal}"]
+        parts = [f"Goal: {self.task}"]
         if self.memory:
             parts.append("Known from earlier sub-goals and the request:\n" + "\n".join(f"- {f}" for f in self.memory))
         if self.facts:

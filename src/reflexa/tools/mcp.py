@@ -52,8 +52,8 @@ STDERR_TAIL = 600
 """Characters of a stdio server's own error output quoted when it fails to start."""
 
 
-class MCPServer:
-    """An MCP server whose tools a `react`, `trials` or `plan` run can call.
+class MCPClient:
+    """A client of an MCP server, whose tools a `react`, `trials` or `plan` run can call.
 
     `target` is a URL (`http://127.0.0.1:8000/mcp`, streamable HTTP) or a command that starts a stdio server
     (a string, split as a shell would, or a list). Use it as a context manager, or call `close()`; the server
@@ -91,7 +91,7 @@ class MCPServer:
                              for t in self._listed[MAX_TOOLS:]]
         return self._tools
 
-    def __enter__(self) -> MCPServer:
+    def __enter__(self) -> MCPClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

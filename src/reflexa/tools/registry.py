@@ -210,7 +210,7 @@ class Blocks:
 
 @runtime_checkable
 class ToolSource(Protocol):
-    """Something that provides tools, such as an MCP server (`MCPServer`): a registry takes its tools."""
+    """Something that provides tools, such as an MCP server (`MCPClient`): a registry takes its tools."""
 
     def tools(self) -> list[Tool]: ...
 

@@ -14,21 +14,17 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from ..loops.plan import PlanMade, PlanRejected, Propagated, UnitStatus
-from ..loops.react import Acted
-from ..loops.refine import Attempt, Checked, Flag, NoProgress, RepairChosen
-from ..loops.research import Audited, Queries, Searched
-from ..loops.trials import Trial
-from ..reflect.engine import Decided
-from ..runtime import Checkpoint, ModelCall, Stop
+from ..loops import steps as step_types
 from ..trace.store import RunRecord
 from ..types import Payload, Step, StopReason, Usage
 
 RENDERERS: dict[type[Payload], str] = {
-    ModelCall: "model_call", Attempt: "attempt", Checked: "checked", Decided: "decided", Acted: "acted",
-    Queries: "queries", Searched: "searched", Audited: "audited", Trial: "trial", Flag: "note",
-    NoProgress: "note", RepairChosen: "note", Checkpoint: "checkpoint", Stop: "stop", PlanMade: "plan_tree",
-    PlanRejected: "plan_rejected", UnitStatus: "subgoal", Propagated: "propagated",
+    step_types.ModelCall: "model_call", step_types.Attempt: "attempt", step_types.Checked: "checked",
+    step_types.Decided: "decided", step_types.Acted: "acted", step_types.Queries: "queries",
+    step_types.Searched: "searched", step_types.Audited: "audited", step_types.Trial: "trial",
+    step_types.Flag: "note", step_types.NoProgress: "note", step_types.RepairChosen: "note",
+    step_types.Checkpoint: "checkpoint", step_types.Stop: "stop", step_types.PlanMade: "plan_tree",
+    step_types.PlanRejected: "plan_rejected", step_types.UnitStatus: "subgoal", step_types.Propagated: "propagated",
 }
 """The macro in steps.html that draws each step kind; a test checks every registered kind has one."""
 TEXT_LIMIT = 20_000
@@ -81,7 +77,7 @@ def diff(before: str, after: str) -> list[DiffLine]:
     return lines
 
 
-def lesson_path(d: Decided) -> list[tuple[str, str]]:
+def lesson_path(d: step_types.Decided) -> list[tuple[str, str]]:
     """How the engine handled one failing signal: gate, classifier, then experience or reflector."""
     code = f" {d.signal.code}" if d.signal.code else ""
     path = [("gate", f"failing: {d.signal.source}{code}")]
@@ -106,17 +102,17 @@ class Timeline:
 
     def __init__(self, record: RunRecord) -> None:
         self.start = record.started_at
-        self.last: Attempt | None = None
+        self.last: step_types.Attempt | None = None
 
     def item(self, step: Step) -> Item:
         data = step.payload()
         macro = RENDERERS.get(type(data), "unknown") if data is not None else "unknown"
         item = Item(step, data, macro, max(0.0, step.started_at - self.start))
-        if isinstance(data, Attempt):
+        if isinstance(data, step_types.Attempt):
             if self.last is not None:
                 item.diff, item.previous = diff(self.last.candidate, data.candidate), self.last.iteration
             self.last = data
-        elif isinstance(data, Decided):
+        elif isinstance(data, step_types.Decided):
             item.path = lesson_path(data)
         return item
 
@@ -170,7 +166,7 @@ def citations(record: RunRecord, steps: list[Step]) -> Citations | None:
         answer, evidence = details.get("answer") or "", details["evidence"]
     else:
         state = next((s.output.get("state") for s in reversed(steps)
-                      if s.kind == Checkpoint.KIND and isinstance(s.output, dict)), None) or {}
+                      if s.kind == step_types.Checkpoint.KIND and isinstance(s.output, dict)), None) or {}
         if "evidence" not in state:
             return None
         answer = (state.get("draft") or {}).get("answer") or ""
