@@ -477,7 +477,7 @@ class Judgement(BaseModel):
 
 class LLMJudge:
     """Opt-in: a model grades the candidate against the task. Its signal is marked subjective, since a
-    model can pass what the world would fail (FACTS.md: the embedded model passed 34 of 34 failing
+    model can pass what the world would fail (measured: SmolLM2-135M passed 34 of 34 failing
     programs)."""
 
     subjective = True

