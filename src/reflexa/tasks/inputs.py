@@ -108,7 +108,7 @@ def _database_problems(spec: TaskSpec, db: Path) -> list[str]:
     return []
 
 
-def plan_tree(spec: TaskSpec) -> dict | Path | None:
+def given_tree(spec: TaskSpec) -> dict | Path | None:
     """The goal tree a plan spec gives: inline data, or its JSON file."""
     if isinstance(spec.plan, dict):
         return spec.plan

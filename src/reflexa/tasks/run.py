@@ -18,7 +18,7 @@ from ..search.base import SearchBackend
 from ..tools.approval import Approver, defer
 from ..tools.registry import ToolRegistry
 from ..types import Budget, Lesson, Result, Signal
-from .inputs import plan_tree
+from .inputs import given_tree
 from .kinds import build
 from .spec import TaskSpec
 
@@ -178,7 +178,7 @@ def _plan(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, 
 
     search = search_backend(spec) if spec.corpus or spec.search != "local" else None
     with tools(spec) as registry:
-        return plan(spec.task, registry, session=session, budget=spec.budget, tree=plan_tree(spec),
+        return plan(spec.task, registry, session=session, budget=spec.budget, tree=given_tree(spec),
                     max_steps=spec.max_steps or MAX_STEPS, validator=validator(spec), facts=spec.facts,
                     db=spec.path("db"), search=search, replan=spec.replan, meta=meta, resume=resume)
 
