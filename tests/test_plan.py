@@ -83,20 +83,31 @@ def test_a_cycle_and_an_unknown_dependency_are_rejected():
 
 
 def test_the_planner_is_re_asked_once_with_the_errors_then_stops_unrecoverable():
-    bad = tree(sub("a", depends_on=["b"]), sub("b", depends_on=["a"]))
-    s, model = session(bad, tree(sub("a"), sub("b", depends_on=["zzz"])))
+    # What no rule mends (a name used twice) is for the re-ask; a planner that sends it again stops the plan.
+    bad = tree(sub("a"), sub("a"))
+    s, model = session(bad, tree(sub("b"), sub("b")))
     result = plan("Do two things", TOOLS, session=s)
-    assert result.stop_reason is StopReason.UNRECOVERABLE and "unknown sub-goal 'zzz'" in result.error
-    assert model.calls == 2 and "dependency cycle: a -> b -> a" in model.prompts[1][-1]["content"]
+    assert result.stop_reason is StopReason.UNRECOVERABLE and "sub-goal name 'b' is used twice" in result.error
+    assert model.calls == 2 and "sub-goal name 'a' is used twice" in model.prompts[1][-1]["content"]
 
 
 def test_the_planner_s_fixed_plan_runs_after_the_re_ask():
-    s, model = session(tree(sub("a", tools=["shovel"])), tree(sub("a", tools=["lookup"])),
+    s, model = session(tree(sub("a"), sub("a")), tree(sub("a", tools=["lookup"])),
                        act("lookup", key="order"), final("customer 17"))
     result = plan("Who placed the order?", TOOLS, session=s)
     assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and result.output == "customer 17"
     made = [p for p in (st.payload() for st in s.store.steps(result.run_id)) if isinstance(p, PlanMade)]
-    assert made[0].source == "planner re-asked" and "unknown tool 'shovel'" in made[0].errors[0]
+    assert made[0].source == "planner re-asked" and "used twice" in made[0].errors[0]
+
+
+def test_a_planner_s_cycle_and_unknown_tools_are_mended_by_rule_without_a_re_ask():
+    s, model = session(tree(sub("a", depends_on=["b"], tools=["shovel"]), sub("b", depends_on=["a"])),
+                       act("lookup", key="order"), final("customer 17"), final("Lisbon"))
+    result = plan("Who placed the order, and where?", TOOLS, session=s)
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and model.calls == 4
+    made = [p for p in (st.payload() for st in s.store.steps(result.run_id)) if isinstance(p, PlanMade)]
+    assert made[0].source == "planner, mended by rule"
+    assert any("closed the cycle" in e for e in made[0].errors) and any("unknown tools" in e for e in made[0].errors)
 
 
 def test_units_run_in_dependency_order_and_answers_flow_to_dependents():
@@ -240,7 +251,7 @@ def test_a_check_runs_as_the_kind_its_key_names(tmp_path):
     "no plan at all", "[" * 100 + "]" * 100, {"goal": "g", "subgoals": "not a list"},
     {"goal": "g", "subgoals": [{"name": "bad name!", "task": "t"}]}, {"goal": "g", "subgoals": []},
     {"goal": "g", "subgoals": [sub(f"s{i}") for i in range(20)]},
-    {"goal": "g", "subgoals": [sub("a", depends_on=["a"])]},
+    {"goal": "g", "subgoals": [sub("a"), sub("a", depends_on=["a"])]},
 ])
 def test_no_planner_reply_crashes_the_plan(reply):
     s, model = session(reply, reply)

@@ -1,3 +1,4 @@
+import json
 import time
 from dataclasses import replace
 
@@ -303,34 +304,50 @@ def test_reflection_quota():
     assert result.counters["reflector_calls"] == 2 and result.counters["quota_skips"] >= 1
 
 
-def test_a_repeated_read_only_call_asks_for_the_answer_by_rule():
+def test_a_repeated_read_only_call_is_pointed_out_by_rule_and_any_tool_may_follow():
+    """The repeat's result is in the facts: the next prompt says so, and the model may answer or call another
+    tool (a different tool is never refused, as the answer-only schema once refused it)."""
     lookup, _ = flaky_tool(0)
-    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good"), final("value of good")])
+
+    @tool
+    def other(key: str) -> str:
+        """Another lookup."""
+        return f"other {key}"
+
+    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good"), act("other", key="good"),
+                           final("value of good")])
     store = MemoryStore()
-    result = react("find it", [lookup], validator=accept, session=Session(model=model, store=store))
+    result = react("find it", [lookup, other], validator=accept, session=Session(model=model, store=store))
     assert result.passed and result.counters["gate_signals"] == 1
     assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 0
-    asked = [s for s in store.steps(result.run_id) if s.kind == "model_call"][-1]
-    assert "Give the final answer now" in asked.input["messages"][-1]["content"]
+    pointed = [s for s in store.steps(result.run_id) if s.kind == "model_call"][2]
+    assert "repeated an earlier one" in pointed.input["messages"][-1]["content"]
+    acted = [s.payload() for s in store.steps(result.run_id) if s.kind == "react"]
+    assert acted[2].action == 'other({"key": "good"})' and acted[2].ok
 
 
-def test_the_same_repeat_after_the_answer_was_asked_goes_to_reflection():
+def test_the_same_call_again_after_its_repeat_was_pointed_out_stops_the_run():
+    """The step after a repeat may not call that tool (its schema leaves it out); the same call after that
+    learns nothing new, and the run stops."""
     lookup, _ = flaky_tool(0)
-    model = ScriptedModel(
-        [
-            act("lookup", key="good"),
-            act("lookup", key="good"),
-            final("wrong"),  # asked by rule, rejected by the validator
-            lesson("wrong", "answer with the value of good"),
-            act("lookup", key="good"),  # the same repeat again: judgement now, not the same rule
-            lesson("value of good", "answer with the value of good"),
-            final("value of good"),
-        ]
-    )
-    result = react("find it", [lookup], validator=lambda a: None if a == "value of good" else "does not match",
-                   session=Session(model=model), max_steps=6)
-    assert result.passed
-    assert result.counters["rule_repairs"] == 1 and result.counters["reflector_calls"] == 2
+
+    @tool
+    def other(key: str) -> str:
+        """Another lookup."""
+        return f"other {key}"
+
+    replies = [act("lookup", key="good"), act("lookup", key="good"), act("other", key="x"), act("lookup", key="good")]
+    schemas = []
+
+    def reply(call):
+        schemas.append(json.dumps(call.schema))
+        return replies[call.number - 1]
+
+    model = ScriptedModel(function=reply)
+    result = react("find it", [lookup, other], validator=accept, session=Session(model=model), max_steps=6)
+    assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 4
+    assert result.counters["reflector_calls"] == 0
+    assert '"lookup"' not in schemas[2] and '"other"' in schemas[2] and '"lookup"' in schemas[3]
 
 
 def test_low_confidence_is_a_signal():
@@ -384,7 +401,7 @@ def test_a_truncated_call_repeated_after_its_page_is_asked_for_the_answer_not_pa
     assert "total=7" in steps[0].observation  # the first view keeps the end, where the result is
     decisions = [s.payload().reason for s in store.steps(result.run_id) if s.kind == "engine"]
     assert decisions == ["truncated observation: show the next page",
-                         "a repeated read-only call: answer from what is known"]
+                         "a repeated read-only call: its result is in the facts"]
 
 
 def test_a_truncated_output_s_ends_stay_in_facts_after_its_page():

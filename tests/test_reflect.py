@@ -265,11 +265,37 @@ def test_a_correction_that_changes_only_a_number_is_no_repeat():
     ("HTTP 503 from upstream", True), ("429 Too Many Requests", True), ("rate limited, try later", True),
     ("no customer with id 503", False), ("syntax error at line 429", False),
     ("account is locked by policy", False), ("feature unavailable on this plan", False),
+    ("ConnectionResetError: [Errno 104] Connection reset by peer", True), ("502 Bad Gateway", True),
+    ("the gateway timed out", True), ("status: 504", True), ("no such column: status 200", False),
+    ("HTTP 404 Not Found", False), ("throttled: slow down", True),
 ])
 def test_only_an_error_that_says_waiting_helps_is_retried_by_rule(message, transient):
-    from reflexa.reflect.classify import TRANSIENT
+    from reflexa.tools.transient import transient_text
 
-    assert bool(TRANSIENT.search(message)) is transient
+    assert transient_text(message) is transient
+
+
+class HTTPError(Exception):
+    def __init__(self, status, headers=None):
+        super().__init__(f"request failed ({status})")
+        self.response = type("Response", (), {"status_code": status, "headers": headers or {}})()
+
+
+@pytest.mark.parametrize("exc,transient,wait", [
+    (ConnectionResetError(104, "Connection reset by peer"), True, None),
+    (ConnectionRefusedError(), True, None), (TimeoutError(), True, None), (BrokenPipeError(), True, None),
+    (OSError(16, "Device or resource busy"), True, None),
+    (HTTPError(429, {"Retry-After": "2"}), True, 2.0), (HTTPError(503), True, None),
+    (HTTPError(404), False, None), (HTTPError(500, {"retry-after": "600"}), True, 5.0),
+    (KeyError("x"), False, None), (ValueError("bad input"), False, None),
+])
+def test_a_transient_failure_is_known_by_its_type_and_status_not_only_its_words(exc, transient, wait):
+    """An HTTP client's error says its status in an attribute, not always in words, and a dropped connection
+    is an exception type whatever its message says."""
+    from reflexa.tools.transient import is_transient, retry_after
+
+    assert is_transient(exc) is transient
+    assert retry_after(exc) == wait
 
 
 def test_the_reflector_prompt_keeps_its_evidence_and_instruction_when_long():

@@ -298,8 +298,9 @@ def test_a_batch_counts_every_task_by_how_it_ended_and_its_exit_code_says_not_al
 
 
 def test_a_rejected_plan_ends_with_its_stop_line_and_shows_the_tree(tmp_path, shop):
-    """A planner whose sub-goal depends on itself, twice: the run printed the usage table and no stop line."""
-    looped = {"goal": "g", "subgoals": [{"name": "a", "task": "count the orders", "depends_on": ["a"]}]}
+    """A planner that names one sub-goal twice, twice (no rule mends that): the run printed the usage table and
+    no stop line."""
+    looped = {"goal": "g", "subgoals": [{"name": "a", "task": "count the orders"}, {"name": "a", "task": "again"}]}
     model = scripted(tmp_path / "r.json", planner=[looped, looped])
     done = runner.invoke(app, ["plan", "How many orders?", "--db", str(shop), "--model", model,
                                "--trace", str(tmp_path / "t.db")])
@@ -308,7 +309,7 @@ def test_a_rejected_plan_ends_with_its_stop_line_and_shows_the_tree(tmp_path, sh
     assert "goal tree rejected" in out and "count the orders" in out and "stop: UNRECOVERABLE" in out
     run_id = json.loads(runner.invoke(app, ["runs", "--json", "--trace", str(tmp_path / "t.db")]).output)[0]["run_id"]
     shown = flat(runner.invoke(app, ["show", run_id, "--trace", str(tmp_path / "t.db")]).output)
-    assert "goal tree rejected" in shown and "depends on itself" in shown
+    assert "goal tree rejected" in shown and "used twice" in shown
 
 
 def test_show_full_gives_a_failing_check_s_whole_output_and_the_passages_found(tmp_path, shop, monkeypatch):

@@ -165,7 +165,7 @@ def test_reserved_and_unknown_tool_names():
 def test_sql_tools_read_only_by_default(shop, monkeypatch):
     from reflexa.tools import sql as sql_module
 
-    registry = ToolSession(ToolRegistry(sql_tools(shop)))
+    registry = ToolSession(ToolRegistry(sql_tools(shop, discovery=True)))
     assert "customers" in registry.call("list_tables", {}).output
     assert "name TEXT" in registry.call("describe_table", {"table": "customers"}).output
     rows = registry.call("query", {"sql": "SELECT count(*) AS n FROM orders"})
@@ -186,7 +186,7 @@ def test_sql_tools_read_only_by_default(shop, monkeypatch):
 
 
 def test_sql_unknown_column_suggests_a_close_match(shop):
-    registry = ToolSession(ToolRegistry(sql_tools(shop)))
+    registry = ToolSession(ToolRegistry(sql_tools(shop, discovery=True)))
     wrong = registry.call("query", {"sql": "SELECT nme FROM customers LIMIT 1"})
     assert wrong.code is ErrorCode.NOT_FOUND and "did you mean name" in wrong.message
     assert wrong.suggestion == {"sql": "SELECT name FROM customers LIMIT 1"}
@@ -198,9 +198,27 @@ def test_sql_read_only_creates_no_file_and_offers_no_repair_that_changes_nothing
     session = ToolSession(ToolRegistry(sql_tools(shop)))
     attached = session.call("query", {"sql": f"ATTACH '{tmp_path / 'new.db'}' AS x"})
     assert not attached.ok and not (tmp_path / "new.db").exists()  # ATTACH made the file, read-only or not
-    # A column of another table: the close match is the same name, so no rewrite is offered (it looped).
-    same = session.call("query", {"sql": "SELECT city FROM products"})
-    assert same.code is ErrorCode.NOT_FOUND and same.suggestion is None and "another table" in same.message
+    # A column of one other table, in a query that reads one table and names nothing else: that table is
+    # the query's one reading, so the rewrite reads it (the close match, the same name, would loop).
+    moved = session.call("query", {"sql": "SELECT city FROM products"})
+    assert moved.code is ErrorCode.NOT_FOUND and moved.suggestion == {"sql": "SELECT city FROM customers"}
+    assert "city is a column of customers" in moved.message
+    # Naming a column the other table lacks, the query has no one reading: the table is named, not rewritten.
+    mixed = session.call("query", {"sql": "SELECT city, price FROM products"})
+    assert mixed.suggestion is None and "city is a column of customers" in mixed.message
+
+
+def test_the_discovery_tools_are_given_only_when_the_schema_is_too_large_to_show(shop, tmp_path):
+    import sqlite3
+
+    assert [t.name for t in sql_tools(shop)] == ["query"]  # the schema, in every tool's context, says it all
+    wide = tmp_path / "wide.sqlite"
+    with sqlite3.connect(wide) as conn:
+        for n in range(60):
+            conn.execute(f"CREATE TABLE t{n} (" + ", ".join(f"column_{i} TEXT" for i in range(12)) + ")")
+    conn.close()
+    assert [t.name for t in sql_tools(wide)] == ["list_tables", "describe_table", "query"]
+    assert [t.name for t in sql_tools(shop, write=True)] == ["query", "execute"]
 
 
 def test_a_database_path_with_uri_characters_is_opened_as_it_is(shop, tmp_path):
@@ -209,7 +227,7 @@ def test_a_database_path_with_uri_characters_is_opened_as_it_is(shop, tmp_path):
     odd = tmp_path / "proj#2" / "100%41"
     odd.mkdir(parents=True)
     shutil.copy(shop, odd / "shop.sqlite")
-    session = ToolSession(ToolRegistry(sql_tools(odd / "shop.sqlite")))
+    session = ToolSession(ToolRegistry(sql_tools(odd / "shop.sqlite", discovery=True)))
     assert "customers" in session.call("list_tables", {}).output and not (tmp_path / "proj").exists()
 
 

@@ -4,7 +4,8 @@
                               research with one round; react and plan with reflection off
     LOOP[:key=value,...]      the task's own loop (its name is the strategy's head) with spec options
                               changed: refine:reflect=off, refine:context=latest,
-                              refine:reflector=local:qwen1.5b, research:max_rounds=1, react:reflect=off
+                              refine:reflector=local:qwen1.5b, research:max_rounds=1, react:reflect=off;
+                              `trials` runs react tasks too, as trials of react
     resample@K[:temperature=T]
                               refine only: K fresh one-attempt samples, no feedback and no lesson, the first
                               that passes the visible checks wins; the first sample is greedy (it is
@@ -39,6 +40,9 @@ MAX_SAMPLES = 10
 """Samples at most for `resample@=NAME`, whatever budget the other strategy leaves: a task a strategy
 spent many tokens on does not turn the baseline into an unbounded search."""
 ALIASES = {"reflector": "reflector_model"}
+ALSO_RUNS = {"trials": ("react",)}
+"""A strategy of the loop on the left also runs the tasks of the loops on the right, as tasks of its own loop
+(a react task is one trial of a trials task): so a react dataset measures trials against one react."""
 SINGLE: dict[str, dict[str, Any]] = {"refine": {"max_attempts": 1}, "trials": {"max_trials": 1},
                                      "research": {"max_rounds": 1}, "react": {"reflect": False},
                                      "plan": {"reflect": False}}
@@ -69,12 +73,14 @@ class Strategy:
     def applies(self, spec: TaskSpec) -> bool:
         """Whether this strategy runs `spec`: `single` runs any task, the others the tasks of their loop (a
         dataset may mix loops; a task a strategy does not apply to has no row for it)."""
-        return self.loop is None or self.loop == spec.loop
+        return self.loop is None or self.loop == spec.loop or spec.loop in ALSO_RUNS.get(self.loop, ())
 
     def spec_for(self, spec: TaskSpec) -> TaskSpec:
         """The task as this strategy runs it."""
         if self.name == ONE_REACT:
             return as_react(spec)
+        if self.loop is not None and self.loop != spec.loop and self.naive is None:
+            spec = spec.with_options(loop=self.loop)
         options = {**SINGLE[spec.loop], **self.options} if self.name == "single" else self.options
         return spec.with_options(**options) if options else spec
 

@@ -30,12 +30,13 @@ def is_sql(validate: str) -> bool:
     return validate.lstrip().split(None, 1)[0].upper() in ("SELECT", "WITH") if validate.strip() else False
 
 
-def answer_validator(validate: str, db: Path | None = None, *, kind: Literal["sql", "command"] | None = None
-                     ) -> Validator:
+def answer_validator(validate: str, db: Path | None = None, *, kind: Literal["sql", "command"] | None = None,
+                     cwd: Path | None = None) -> Validator:
     """An SQL query that must return a row on `db`, opened read-only, with the answer bound to :answer; or
-    a shell command that must exit 0, with the answer in $REFLEXA_ANSWER. `kind` says which; None guesses
-    from the text (SQL when it starts with SELECT or WITH), for a --validate flag that takes both. A text
-    named SQL is never run by the shell, whatever it starts with."""
+    a shell command that must exit 0, with the answer in $REFLEXA_ANSWER, run in `cwd` (the task's folder;
+    None: this process's). `kind` says which; None guesses from the text (SQL when it starts with SELECT or
+    WITH), for a --validate flag that takes both. A text named SQL is never run by the shell, whatever it
+    starts with."""
     if not validate.strip():
         raise ConfigError("the validation is empty")
     sql = is_sql(validate) if kind is None else kind == "sql"
@@ -61,7 +62,7 @@ def answer_validator(validate: str, db: Path | None = None, *, kind: Literal["sq
             return "the answer holds a NUL character, which no command can be given"
         # A session of its own, so a timeout kills the command's children too, not just its shell.
         with subprocess.Popen(validate, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              errors="replace", start_new_session=True,
+                              errors="replace", start_new_session=True, cwd=cwd,
                               env={**os.environ, "REFLEXA_ANSWER": answer.encode("utf-8", "replace").decode()}) as proc:
             try:
                 stdout, stderr = proc.communicate(timeout=COMMAND_TIMEOUT)

@@ -141,6 +141,37 @@ def problems(tree: GoalTree, tools: Collection[str], *, max_subgoals: int = MAX_
     return found
 
 
+def mend(tree: GoalTree, tools: Collection[str]) -> tuple[GoalTree, list[str]]:
+    """The planner's tree with the mistakes a rule can undo undone, and what was undone, one line each: a
+    sub-goal that depends on itself or on one that does not exist, or twice on one; a dependency cycle, broken
+    at the edge that points furthest forward in the order written (a sub-goal may build on what comes before
+    it); a tool list naming a tool that does not exist (the sub-goal keeps every tool). A small planner makes
+    these slips and, re-asked, often sends the same tree again; what is left (a duplicate name, too many
+    sub-goals) is for the re-ask. A tree from a file is never mended: its errors are the user's to see."""
+    names = [sub.name for sub in tree.subgoals]
+    fixed: list[str] = []
+    subgoals = []
+    for sub in tree.subgoals:
+        kept = list(dict.fromkeys(d for d in sub.depends_on if d != sub.name and d in names))
+        if kept != sub.depends_on:
+            dropped = sorted(set(sub.depends_on) - set(kept)) or ["a repeat"]
+            fixed.append(f"{sub.name}: dropped dependencies {', '.join(dropped)} (itself, unknown or repeated)")
+        update: dict[str, Any] = {"depends_on": kept}
+        if sub.tools is not None and any(t not in tools for t in sub.tools):
+            update["tools"] = None
+            fixed.append(f"{sub.name}: named unknown tools, so it may use every tool")
+        subgoals.append(sub.model_copy(update=update))
+    mended = tree.model_copy(update={"subgoals": subgoals})
+    while cycle := find_cycle(mended):
+        edges = list(zip(cycle, cycle[1:], strict=False))  # (sub-goal, what it depends on)
+        src, dst = max(edges, key=lambda edge: names.index(edge[1]) - names.index(edge[0]))
+        sub = mended.get(src)
+        mended.subgoals[names.index(src)] = sub.model_copy(update={"depends_on": [d for d in sub.depends_on
+                                                                                  if d != dst]})
+        fixed.append(f"{src}: dropped dependency {dst}, which closed the cycle {' -> '.join(cycle)}")
+    return mended, fixed
+
+
 def find_cycle(tree: GoalTree) -> list[str]:
     """One dependency cycle as a path (first name repeated at the end), or [] when there is none."""
     deps = {s.name: [d for d in s.depends_on if d != s.name] for s in tree.subgoals}

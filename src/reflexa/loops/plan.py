@@ -274,12 +274,15 @@ def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
             return Stop(ep.run.budget_stop or StopReason.ERROR)
         tree, errors = goals.parse(reply.value, planned=True) if reply.value is not None else (None, [
             reply.error or "no plan in the reply"])
+        mended: list[str] = []
         if tree is not None:
+            tree, mended = goals.mend(tree, ctx.registry.tools)
             errors = goals.problems(tree, ctx.registry.tools, max_subgoals=ep.bound, db=ctx.db,
                                     search=ctx.search is not None)
         if tree is not None and not errors:
-            if first:
-                ep.run.record(PlanMade("planner re-asked", tree.model_dump(), first))
+            if first or mended:
+                ep.run.record(PlanMade("planner re-asked" if first else "planner, mended by rule", tree.model_dump(),
+                                       first or mended))
             return tree
         first = first or errors
         messages = prompts.reask(messages, reply.text, errors)

@@ -127,10 +127,13 @@ class ReactState(Serial):
     blocks: Blocks = field(default_factory=Blocks)
     queued: Chosen | None = None
     """A rule repair or a forced action, taken next instead of asking the model."""
-    answer_now: bool = False
-    """The next step may only give the final answer (the rule repair for a repeated read-only call)."""
-    answer_asked: list[str] = field(default_factory=list)
-    """Repeated calls after which the answer was asked for: the same repeat again goes to reflection."""
+    resting: str | None = None
+    """A tool the next step may not call: the last call repeated an earlier call of it (the rule repair for a
+    repeated read-only call), whose result is in the facts. The step's prompt says so; the final answer and
+    every other tool stay open."""
+    noted: list[str] = field(default_factory=list)
+    """Repeated calls already pointed out: the same call once more, with nothing new to learn from it, stops
+    the run NO_PROGRESS."""
     undecided: Undecided | None = None
     """The step's failure, until the engine's decision on it is carried out. It is in the step's own
     checkpoint, so a run killed between the step and that decision redoes the decision on resume instead
@@ -271,10 +274,12 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
         queued, s.queued = s.queued, None
         if not last or isinstance(queued.action, FinalAnswer):
             return queued
-    repeated, s.answer_now = s.answer_now, False
-    note = prompts.ANSWER_NOW if repeated else prompts.LAST_STEP if last else ""
+    resting, s.resting = s.resting, None
+    note = prompts.LAST_STEP if last else prompts.REPEATED_CALL if resting else ""
+    if not last and resting:
+        schema = prompts.action_schema(tools.registry, leave_out=resting)
     reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, note=note),
-                        schema=prompts.answer_schema() if note else schema, max_tokens=256)
+                        schema=prompts.answer_schema() if last else schema, max_tokens=256)
     if reply is None:
         return None
     if reply.value is not None:
@@ -320,7 +325,8 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
                  retries_before=s.retries.get(action, 0), can_page=observation.truncated,
-                 answer_asked=action in s.answer_asked, human=observation.denied)
+                 repeat_noted=action in s.noted, human=observation.denied, transient=observation.transient,
+                 retry_after=observation.retry_after)
 
 
 def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession) -> None:
@@ -334,9 +340,9 @@ def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession)
             s.queued = Chosen(failed, "(rule: retry after a pause)", repairs=text)
         elif repair.kind == "args":  # the repaired arguments replace the failing ones
             s.queued = Chosen(ToolCall(failed.tool, dict(repair.args)), "(rule: close match)", repairs=text)
-        elif repair.kind == "answer":
-            s.answer_now = True
-            s.answer_asked.append(text)
+        elif repair.kind == "notice":
+            s.resting = failed.tool
+            s.noted.append(text)
     if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
         page = failed.page + 1 if isinstance(failed, PageAction) else 1
         s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")

@@ -21,13 +21,15 @@ SYSTEM = (
     "Never repeat a call: its result stays in Facts. As soon as the Facts answer the goal, call "
     f"{FINAL} with args {{\"answer\": ...}}.\n\nTools:\n"
 )
-ANSWER_NOW = "Your last call repeated an earlier one, so its result is already above. Give the final answer now."
+REPEATED_CALL = ("Your last call repeated an earlier one, so its result is already in Facts. If the Facts answer "
+                 "the goal, give the final answer now; if not, call another tool.")
 LAST_STEP = "This is your last step, so no tool output can be read after it. Give the final answer now."
 
 
-def action_schema(registry: ToolRegistry) -> dict[str, Any]:
-    """One branch per tool, each with that tool's own args schema, plus the final answer. The union sits
-    under an `action` property: Anthropic's tool input and OpenAI's function parameters need an object root."""
+def action_schema(registry: ToolRegistry, leave_out: str | None = None) -> dict[str, Any]:
+    """One branch per tool (but `leave_out`), each with that tool's own args schema, plus the final answer.
+    The union sits under an `action` property: Anthropic's tool input and OpenAI's function parameters need an
+    object root."""
 
     def branch(name: str, args: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -46,6 +48,8 @@ def action_schema(registry: ToolRegistry) -> dict[str, Any]:
                   "required": ["answer"], "additionalProperties": False}
     branches, defs = [], {}
     for t in registry.tools.values():
+        if t.name == leave_out:
+            continue
         args = {k: v for k, v in t.args_model.model_json_schema().items() if k != "title"}
         # An argument that is an Enum or a model refers to "#/$defs/Name": those definitions move to the root,
         # where the references point once the arguments sit inside the action schema.
@@ -63,15 +67,19 @@ def describe_action(tool: str, args: dict[str, Any]) -> str:
 
 
 def answer_schema() -> dict[str, Any]:
-    """The action schema with the final answer as its only branch: the rule repair for a repeated call."""
+    """The action schema with the final answer as its only branch: the last step's, when no tool output could
+    be read after it."""
     return action_schema(ToolRegistry([]))
 
 
 def messages(registry: ToolRegistry, workspace: Workspace, *, note: str = "") -> list[Message]:
-    """The step's prompt; `note` (ANSWER_NOW, LAST_STEP) ends it when only a final answer may follow."""
+    """The step's prompt: the tools, what they work on (their contexts: a database's tables, an API's
+    description), then the workspace; `note` ends it (REPEATED_CALL, LAST_STEP)."""
     tools = registry.describe() + f"\n- {FINAL}(answer: string): give the final answer"
+    context = registry.context()
+    about = f"\n\nWhat the tools work on:\n{context}" if context else ""
     user = workspace.render() + (f"\n\n{note}" if note else "")
-    return [{"role": "system", "content": SYSTEM + tools}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": SYSTEM + tools + about}, {"role": "user", "content": user}]
 
 
 def loose_action(text: str) -> tuple[str, dict[str, Any]] | None:

@@ -5,25 +5,20 @@ An ambiguous case always goes to reflection, never to a rule.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..tools.transient import transient_text
 from ..types import ErrorCode, Signal
 
 TIMEOUT_BACKOFF = 0.5
 """Seconds to wait before the single rule-based retry of a timed-out call (and before the first retry of a
 transient error; each later one waits twice as long)."""
 TRANSIENT_RETRIES = 2
-"""Rule-based retries of one call whose error says it is transient, before it goes to reflection."""
-TRANSIENT = re.compile(r"\b(busy|(database|table|file|resource) is locked|try (again|later)|call again|"
-                       r"temporar(il)?y|(service|server) unavailable|rate.?limit(ed)?|too many requests|"
-                       r"(http|status|error|code)[ :]*(503|429)|(503|429) (from|error|service|too))\b",
-                       re.IGNORECASE)
-"""A tool error that says waiting may fix it (a lock, an overloaded upstream, a rate limit): retrying with a
-pause is the textbook repair, and asking a model why costs more than the retry. A bare number is no such
-sign ("no customer with id 503"), nor is "locked" alone ("account is locked by policy")."""
+"""Rule-based retries of one call whose failure is transient (tools/transient.py: a dropped connection, a 429,
+a 503, a lock), before it goes to reflection: retrying with a pause is the textbook repair, and asking a model
+why costs more than the retry."""
 
 
 class Route(StrEnum):
@@ -31,6 +26,8 @@ class Route(StrEnum):
 
     RULE = "rule"
     UNRECOVERABLE = "unrecoverable"
+    STALLED = "stalled"
+    """The agent repeats itself with nothing new to learn: the run stops NO_PROGRESS."""
     REFLECT = "reflect"
 
 
@@ -38,10 +35,10 @@ class Route(StrEnum):
 class Repair:
     """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
 
-    kind: str  # "retry" | "args" | "page" | "answer" | "search" | "revise"
+    kind: str  # "retry" | "args" | "page" | "notice" | "search" | "revise"
     """retry the same call; call with `args` instead (they replace the failing call's arguments); show the
-    next page; ask for the final answer from what is known; search for a named gap; revise with the
-    signal's feedback."""
+    next page; point out a repeated call (its result is in the facts); search for a named gap; revise with
+    the signal's feedback."""
     args: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -67,10 +64,14 @@ class Facts:
     """Earlier rule-based retries of this same action in this run."""
     can_page: bool = False
     """A truncated observation has another page to show."""
-    answer_asked: bool = False
-    """The final answer was already asked for after this same repeated call: ask the reflector instead."""
+    repeat_noted: bool = False
+    """This same repeated call was pointed out already: calling it again learns nothing new."""
     human: bool = False
     """A human denied the call: the tool is blocked, and the agent may still reach the task's answer another way."""
+    transient: bool = False
+    """The tool says the failure is one waiting may fix, by its exception's type or status (tools/transient.py)."""
+    retry_after: float | None = None
+    """Seconds the failure asked to wait before a retry."""
 
 
 def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
@@ -82,21 +83,25 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         return Classification(Route.UNRECOVERABLE, f"{reason}: {signal.message}")
     if code in (ErrorCode.NOT_FOUND, ErrorCode.SCHEMA) and facts.suggestion:
         return Classification(Route.RULE, "close match for a wrong name or value", Repair("args", facts.suggestion))
+    transient = facts.transient or transient_text(signal.message)
+    if code in (ErrorCode.TOOL_ERROR, ErrorCode.TIMEOUT) and transient and facts.retryable \
+            and facts.retries_before < TRANSIENT_RETRIES:
+        delay = facts.retry_after if facts.retry_after is not None else TIMEOUT_BACKOFF * 2**facts.retries_before
+        return Classification(Route.RULE, "a transient failure: retry after a pause", Repair("retry", delay=delay))
     if code is ErrorCode.TIMEOUT and facts.retryable and facts.retries_before == 0:
         return Classification(Route.RULE, "first timeout: retry once after a pause",
                               Repair("retry", delay=TIMEOUT_BACKOFF))
-    if code is ErrorCode.TOOL_ERROR and facts.retryable and facts.retries_before < TRANSIENT_RETRIES \
-            and TRANSIENT.search(signal.message):
-        return Classification(Route.RULE, "a transient error: retry after a pause",
-                              Repair("retry", delay=TIMEOUT_BACKOFF * 2**facts.retries_before))
     if code is ErrorCode.TOO_LONG and facts.can_page:
         return Classification(Route.RULE, "truncated observation: show the next page", Repair("page"))
-    if code is ErrorCode.REPEATED and signal.message.startswith("repeated action") and facts.retryable \
-            and not facts.answer_asked:
-        # A read-only call repeated returns what it returned before: the agent is circling an answer it
-        # already holds. Asking for the answer now costs one call; a wrong one meets the validator.
-        return Classification(Route.RULE, "a repeated read-only call: answer from what is known",
-                              Repair("answer"))
+    if code is ErrorCode.REPEATED and signal.message.startswith("repeated action") and facts.retryable:
+        # A read-only call repeated returns what it returned before: the agent is circling. Pointing that out
+        # costs nothing; the model may answer from the facts or call something else (a different tool is never
+        # refused). The same call once more after that learns nothing new: the run stops.
+        if facts.repeat_noted:
+            return Classification(Route.STALLED, "the same call again after its repeat was pointed out: nothing "
+                                  "new to learn from it")
+        return Classification(Route.RULE, "a repeated read-only call: its result is in the facts",
+                              Repair("notice"))
     if code is ErrorCode.GAP:
         return Classification(Route.RULE, "a named gap: search for it", Repair("search"))
     if signal.pinpointed:

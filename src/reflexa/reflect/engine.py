@@ -144,6 +144,9 @@ class Engine:
         if verdict.route is Route.RULE:
             self.counters.rule_repairs += 1
             return Handling("repair", verdict.reason, repair=verdict.repair)
+        if verdict.route is Route.STALLED:
+            self.counters.no_progress += 1
+            return Handling("stop", verdict.reason, stop=StopReason.NO_PROGRESS)
         if self.progress.failed(action, fingerprint):
             self.counters.no_progress += 1
             return Handling("stop", f"the same action failed the same way {REPEATED_FAILURES} times in a row",

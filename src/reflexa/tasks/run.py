@@ -109,7 +109,9 @@ def approver(spec: TaskSpec, session: Session) -> Approver | None:
 
 def validator(spec: TaskSpec) -> Validator | None:
     """The final answer's check (`validate`), or None."""
-    return answer_validator(spec.validate_, spec.path("db")) if spec.validate_ is not None else None
+    if spec.validate_ is None:
+        return None
+    return answer_validator(spec.validate_, spec.path("db"), cwd=Path(spec.workdir) if spec.workdir else None)
 
 
 def search_backend(spec: TaskSpec) -> SearchBackend:

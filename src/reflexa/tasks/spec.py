@@ -103,7 +103,7 @@ class TaskSpec(BaseModel):
     """Allow changes: adds the side-effecting `execute` tool."""
     validate_: str | None = Field(default=None, alias="validate")
     """Checks the final answer: an SQL query that must return a row (the answer is :answer), or a shell
-    command that must exit 0 (the answer is $REFLEXA_ANSWER)."""
+    command that must exit 0, run in `workdir` (the answer is $REFLEXA_ANSWER)."""
     tools: list[str] = Field(default_factory=list)
     """Your own tools: `module:function` (a @tool, a typed function or a list of them) or a `.py` file (every
     @tool in it), read from `workdir`."""

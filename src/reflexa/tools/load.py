@@ -2,7 +2,8 @@
 
 `module:function` imports the module (from the working folder too) and takes that attribute: a `@tool`, a
 plain typed function (made a tool as `@tool` would), or a list of either. A path ending in `.py` takes every
-`@tool` defined at the top level of that file. Anything else is a ConfigError naming what is wrong.
+`@tool` defined at the top level of that file. Anything else is a ConfigError naming what is wrong. The
+module's docstring is its tools' context: what the model is told up front about the API (Tool.context).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +66,13 @@ def _tools_in(module: Any, path: Path) -> list[Tool]:
     tools = [value for value in vars(module).values() if isinstance(value, Tool)]
     if not tools:
         raise ConfigError(f"{path} defines no @tool", hint="decorate each tool function with reflexa's @tool")
-    return tools
+    return [_with_context(t, module) for t in tools]
+
+
+def _with_context(found: Tool, module: Any) -> Tool:
+    """`found` with its module's docstring as its context, unless it has one of its own."""
+    doc = inspect.getdoc(module) or ""
+    return replace(found, context=doc) if doc and not found.context else found
 
 
 def _from_module(ref: str, base: Path) -> list[Tool]:
@@ -79,7 +88,8 @@ def _from_module(ref: str, base: Path) -> list[Tool]:
     value = getattr(module, attribute, None)
     if value is None:
         raise ConfigError(f"tools: {module_name} has no {attribute!r}")
-    return [_as_tool(item, ref) for item in (value if isinstance(value, list | tuple) else [value])]
+    return [_with_context(_as_tool(item, ref), module)
+            for item in (value if isinstance(value, list | tuple) else [value])]
 
 
 def _as_tool(value: Any, ref: str) -> Tool:

@@ -41,6 +41,9 @@ MAX_PROPERTIES = 64
 """Arguments a tool's schema may declare; a tool with more is skipped (it would swamp the prompt)."""
 MAX_SCHEMA_CHARS = 20_000
 """Characters of a tool's JSON schema; a larger one is skipped."""
+INSTRUCTIONS_CHARS = 1000
+"""Characters of a server's instructions shown to the model, as its tools' context: fenced as data unless the
+server is trusted, since they are a third party's text."""
 DESCRIPTION_CHARS = 200
 """Characters of a tool's description shown to the model: its first line, cut here. A description is the
 server's text in the prompt, so it is kept short enough not to carry a second set of instructions."""
@@ -69,6 +72,8 @@ class MCPClient:
         self.env, self.cwd = env, cwd
         self.skipped: list[str] = []
         """Tools the server listed and reflexa did not take, each with why."""
+        self.instructions = ""
+        """What the server says of itself when it connects: its tools' context (Tool.context)."""
         self._listed: list[Any] = []
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,6 +143,7 @@ class MCPClient:
         try:
             async with Client(self._transport(), read_timeout_seconds=self.connect_timeout) as client:
                 self._listed = await _list_tools(client)
+                self.instructions = valid_text(client.instructions or "")
                 self._client = client
                 ready.set()
                 await self._closing.wait()
@@ -205,7 +211,8 @@ class MCPClient:
         read_only = bool(hints is not None and hints.read_only_hint)
         description = valid_text(next(iter((listed.description or "").strip().splitlines()), ""))
         return Tool(name, cap(description, DESCRIPTION_CHARS), self._caller(name), _args_model(name, schema),
-                    timeout=self.timeout + 1, side_effect=not read_only, takes_model=True, untrusted=not self.trusted)
+                    timeout=self.timeout + 1, side_effect=not read_only, takes_model=True, untrusted=not self.trusted,
+                    context=cap(self.instructions, INSTRUCTIONS_CHARS))
 
     def _caller(self, name: str) -> Any:
         def call(args: BaseModel) -> str:

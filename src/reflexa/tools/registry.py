@@ -23,10 +23,13 @@ from ..errors import ConfigError
 from ..types import TAIL_SHARE, Control, ErrorCode, cap, fence_untrusted, valid_text
 from . import approval
 from .approval import ApprovalRequest, Approver, AwaitingApproval
+from .transient import is_transient, retry_after
 
 OUTPUT_CHARS = 2000
 """Characters of a tool's output shown to the model: a longer one shows its first 3/4 and its last 1/4 of
 them (types.TAIL_SHARE), the cut marked, and pages show the middle that was cut."""
+CONTEXT_CHARS = 2400
+"""Characters of the tools' contexts (schemas, API descriptions) a prompt shows at most."""
 TOOL_TIMEOUT = 10.0
 """Seconds a tool may run. A Python function cannot be killed, so a timed-out call is abandoned."""
 
@@ -60,6 +63,10 @@ class Tool:
     """The function takes one pydantic model instance rather than keyword arguments."""
     untrusted: bool = False
     """Its description is a third party's text (an MCP server's): the prompt shows it fenced, as data."""
+    context: str = ""
+    """What the model should know up front about the world this tool works on: a database's tables and
+    columns, an API's description. The prompt shows each context once, before the steps, so the model need
+    not guess names (fenced as data when the tool is `untrusted`)."""
 
 
 def tool(function: Callable[..., Any] | None = None, *, name: str | None = None, timeout: float = TOOL_TIMEOUT,
@@ -106,6 +113,10 @@ class Observation:
     """A resumed step chose other arguments than the call recorded for it: this one ran as a new call."""
     denied: bool = False
     """A human denied the call (PERMISSION): the agent may route around it; the tool stays blocked."""
+    transient: bool = False
+    """The failure is one waiting may fix (a dropped connection, a 429 or a 503: tools/transient.py)."""
+    retry_after: float | None = None
+    """Seconds the failure asked to wait before a retry, when it named them."""
 
     def shown(self) -> str:
         if not self.ok:
@@ -138,6 +149,18 @@ def _code_for(exc: BaseException) -> ErrorCode:
     if isinstance(exc, (ValueError, TypeError)):
         return ErrorCode.INVALID_ARGUMENT
     return ErrorCode.TOOL_ERROR
+
+
+def _said(exc: BaseException) -> str:
+    """What a failure says, its type named unless it is reflexa's own ToolError: ConnectionResetError's words
+    alone ("[Errno 104] Connection reset by peer") hide what failed; a __str__ that raises says nothing."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a tool's exception whose __str__ is broken
+        text = ""
+    if isinstance(exc, ToolError):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _render(value: Any) -> str:
@@ -231,6 +254,19 @@ class ToolRegistry:
             self.tools[t.name] = t
         if taken := RESERVED & set(self.tools):
             raise ConfigError(f"tool name {sorted(taken)[0]!r} is reserved", hint="rename the tool")
+
+    def context(self, limit: int = CONTEXT_CHARS) -> str:
+        """The tools' contexts, each once, in order, at most `limit` characters in all (each block cut to its
+        share); an untrusted one fenced as data. Empty when no tool has one."""
+        blocks: dict[str, bool] = {}
+        for t in self.tools.values():
+            if t.context.strip():
+                blocks[t.context.strip()] = blocks.get(t.context.strip(), False) or t.untrusted
+        if not blocks:
+            return ""
+        share = max(200, limit // len(blocks))
+        return "\n\n".join(f"<<<{fence_untrusted(cap(text, share))}>>>" if untrusted else cap(text, share)
+                           for text, untrusted in blocks.items())[:limit]
 
     def describe(self) -> str:
         lines = []
@@ -344,14 +380,16 @@ class ToolSession:
             value = _run_with_timeout(call, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            message = cap(valid_text(str(exc)) or type(exc).__name__, 400)
+            message = cap(valid_text(_said(exc)) or type(exc).__name__, 400)
             if t.side_effect and isinstance(exc, Abandoned):
                 # Its effect is unknown and may yet happen: repeating the call could do it twice.
                 return Observation(t.name, args, False, code=ErrorCode.TIMEOUT, fatal=True,
                                    message=f"{message}; {t.name} has side effects and may still be running, so "
                                    "it is not repeated: check its effect by hand")
+            said = _said(exc)
             return Observation(t.name, args, False, code=_code_for(exc), message=message,
-                               suggestion=suggestion, fatal=getattr(exc, "fatal", False))
+                               suggestion=suggestion, fatal=getattr(exc, "fatal", False),
+                               transient=is_transient(exc, said), retry_after=retry_after(exc, said))
         text = valid_text(_render(value))  # a tool's output is stored and printed: it must encode
         if not text.strip() and not t.empty_ok:
             return Observation(t.name, args, False, code=ErrorCode.EMPTY, message=f"{t.name} returned nothing")

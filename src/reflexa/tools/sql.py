@@ -11,11 +11,12 @@ import itertools
 import re
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..files import file_uri
-from ..types import ErrorCode
+from ..types import ErrorCode, cap
 from .registry import TOOL_TIMEOUT, Tool, ToolError, sqlite_error_code, tool
 
 QUERY_SECONDS = TOOL_TIMEOUT - 1
@@ -41,6 +42,15 @@ VALUE_REPAIR = 0.8
 fixed query, which the classifier applies by rule) only when they are at least this similar ('Lisboa' and
 'Lisbon': 0.83); a looser match ('Kyo' for 'Kyoto', 'Paris' for 'Parma') is named in a note and left to the
 agent, since a value, unlike a misspelt column, can mean something else."""
+
+
+SCHEMA_VALUES = 12
+"""A text column with at most this many distinct values lists them in the schema shown up front; one with
+more shows two examples: the values a filter compares with ('GC', not 'globular cluster')."""
+SCHEMA_SAMPLE = 5000
+"""Rows of a table read at most to find a column's distinct values: a bound on a large table's cost."""
+SCHEMA_CHARS = 2000
+"""The schema shown up front at most; past it, values are left out, then the columns of later tables."""
 
 
 def _no_attach(action: int, *args: object) -> int:
@@ -94,13 +104,18 @@ class Database:
             kind, wrong = match.groups()
             wrong = wrong.split(".")[-1]
             pool, label = self.columns_read(conn, sql) if kind == "column" else (self.tables(conn), "tables")
-            close = difflib.get_close_matches(wrong, pool, n=1, cutoff=0.6)
-            repaired = re.sub(rf"\b{re.escape(wrong)}\b", close[0], sql) if close else sql
+            close = _one_close_match(wrong, pool)
+            repaired = re.sub(rf"\b{re.escape(wrong)}\b", close, sql) if close else sql
             elsewhere = [] if close or kind != "column" else difflib.get_close_matches(
                 wrong, self.columns_read(conn, "")[0], n=1, cutoff=0.6)
-            if close and repaired != sql:
+            if kind == "column" and (moved := self.other_table(conn, wrong, sql)) is not None:
+                table, rewritten = moved
+                message += f" ({wrong} is a column of {table}; columns of {table}: " \
+                           f"{', '.join(self.columns(conn, table)[:40])})"
+                suggestion = {"sql": rewritten} if rewritten else None
+            elif close and repaired != sql:
                 suggestion = {"sql": repaired}
-                message += f" (did you mean {close[0]}?)"
+                message += f" (did you mean {close}?)"
             elif close or elsewhere:  # the name exists (in another table, or behind a wrong alias): no rewrite
                 message += f" ({(close or elsewhere)[0]} is a {kind} of another table, or needs its table's name or " \
                            f"alias; {label}: {', '.join(pool[:40])})"
@@ -111,6 +126,25 @@ class Database:
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(sqlite_error_code(exc), message, suggestion=suggestion)
+
+    def other_table(self, conn: sqlite3.Connection, column: str, sql: str) -> tuple[str, str | None] | None:
+        """The one table that has `column` when the query reads another: its name, and the query reading it
+        instead when that is the query's one reading (it reads one table, and that table has every column the
+        query names). None when no table has the column, or several do."""
+        holders = [t for t in self.tables(conn) if column in self.columns(conn, t)]
+        read = {name.lower() for name in TABLES_NAMED.findall(sql)}
+        if len(holders) != 1 or holders[0].lower() in read:
+            return None
+        table = holders[0]
+        if len(read) != 1 or re.search(r"\bjoin\b", sql, re.IGNORECASE):
+            return table, None
+        every = {c.lower() for t in self.tables(conn) for c in self.columns(conn, t)}
+        named = {word.lower() for word in re.findall(r"\b[A-Za-z_]\w*\b", sql)} & every
+        if not named <= {c.lower() for c in self.columns(conn, table)}:
+            return table, None
+        (old,) = read
+        return table, re.sub(rf"(\b(?:FROM|JOIN)\s+)[\"`\[]?{re.escape(old)}[\"`\]]?(?=\W|$)", rf"\g<1>{table}", sql,
+                             flags=re.IGNORECASE)
 
     def stored_value(self, wrong: str, kind: str, sql: str) -> tuple[str, dict[str, str] | None]:
         """A name the question used for a stored value ("the tent", "cancelled orders"): the database can
@@ -165,6 +199,39 @@ class Database:
                 found.append((column, value, difflib.get_close_matches(value, sorted(stored), n=3, cutoff=0.5)))
         return found
 
+    def schema(self) -> tuple[str, bool]:
+        """The tables and their columns, with the values of a text column (or examples of them): shown to the
+        model before its first step, so it need not guess a name or a stored value; and whether that is the
+        whole schema (a large one is cut). ("", False) when the database cannot be read."""
+        try:
+            with self.connect() as conn:
+                tables = {t: self._columns_with_values(conn, t) for t in self.tables(conn)}
+        except sqlite3.Error:
+            return "", False
+        head = "Tables of the database and their columns (a text column's values, or examples of them):"
+        for values in (True, False):
+            lines = [f"- {t}: " + ", ".join(c if values else c.split(" (")[0] for c in cols)
+                     for t, cols in tables.items()]
+            text = "\n".join([head, *lines])
+            if len(text) <= SCHEMA_CHARS:
+                return text, True
+        return cap(text, SCHEMA_CHARS - 60) + "\n(describe_table shows a table's columns)", False
+
+    def _columns_with_values(self, conn: sqlite3.Connection, table: str) -> list[str]:
+        columns = []
+        for row in conn.execute(f'PRAGMA table_info("{table}")'):
+            name, kind = row[1], (row[2] or "").upper()
+            label = f"{name} {kind}".strip()
+            if kind in ("TEXT", "") or "CHAR" in kind:
+                found = [str(v) for (v,) in conn.execute(
+                    f'SELECT DISTINCT "{name}" FROM (SELECT "{name}" FROM "{table}" LIMIT {SCHEMA_SAMPLE}) '
+                    f'WHERE "{name}" IS NOT NULL LIMIT {SCHEMA_VALUES + 1}')]
+                shown = ", ".join(repr(cap(v, 30)) for v in (found if len(found) <= SCHEMA_VALUES else found[:2]))
+                if found:
+                    label += f" ({'one of ' if len(found) <= SCHEMA_VALUES else 'e.g. '}{shown})"
+            columns.append(label)
+        return columns
+
     def describe(self, table: str) -> str:
         with self.connect() as conn:
             rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
@@ -216,6 +283,25 @@ class Database:
         return f"{changed} row(s) changed"
 
 
+CLOSE_NAME = 0.8
+"""A wrong name is rewritten into a close one only at least this alike ('nme' and 'name': 0.86), and only when
+no other name comes within CLOSE_MARGIN of it: two names alike in letters may differ in meaning ('city_id' and
+'city'), and a rewrite the model did not choose answers from the wrong column. A looser match is named in the
+error and left to the agent."""
+CLOSE_MARGIN = 0.1
+
+
+def _one_close_match(wrong: str, pool: list[str]) -> str | None:
+    """The one name of `pool` close enough to `wrong` to rewrite it into (see CLOSE_NAME), or None."""
+    scored = sorted(((difflib.SequenceMatcher(None, wrong.lower(), name.lower()).ratio(), name) for name in pool),
+                    reverse=True)
+    if not scored or scored[0][0] < CLOSE_NAME:
+        return None
+    if len(scored) > 1 and scored[1][0] >= scored[0][0] - CLOSE_MARGIN:
+        return None
+    return scored[0][1]
+
+
 def _with_misses(lines: list[str], unmatched: list[tuple[str, str, list[str]]], sql: str) -> str:
     """A query's output with a note per filter that matched nothing; a close enough stored value is offered
     as a repair (a NOT_FOUND with the fixed query, applied by rule)."""
@@ -233,10 +319,15 @@ def _with_misses(lines: list[str], unmatched: list[tuple[str, str, list[str]]], 
     return "\n".join(lines + [f"note: {miss}" for miss in misses])
 
 
-def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
+def sql_tools(path: str | Path, *, write: bool = False, discovery: bool | None = None) -> list[Tool]:
     """Tools over the SQLite file at `path`. `query` only reads: a statement that would change the file is
     an INVALID_ARGUMENT (a wrong call, which the agent can follow with a SELECT). With write=True, `execute`
-    is a side-effecting tool; without it nothing can change the file, which is opened read-only."""
+    is a side-effecting tool; without it nothing can change the file, which is opened read-only.
+
+    Every tool's context is the schema (the tables, their columns, a text column's values), which the model
+    is shown before its first step. `list_tables` and `describe_table` are given only when that schema was
+    too large to show whole (`discovery` None), or when asked for (True): with the schema in view they tell
+    the model nothing new, and a small model calls them in a loop instead of querying."""
     db_path = Path(path)
     if not db_path.is_file():
         raise ConfigError(f"database not found: {db_path}", hint="give an existing SQLite file with --db")
@@ -258,7 +349,9 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
         """Run one SQL SELECT and return the rows, header first."""
         return db.query(sql)
 
-    toolset = [list_tables, describe_table, query]
+    schema, whole = db.schema()
+    include = (not whole) if discovery is None else discovery
+    toolset = [list_tables, describe_table, query] if include else [query]
     if write:
         @tool(side_effect=True)
         def execute(sql: str) -> str:
@@ -266,4 +359,4 @@ def sql_tools(path: str | Path, *, write: bool = False) -> list[Tool]:
             return db.execute(sql)
 
         toolset.append(execute)
-    return toolset
+    return [replace(t, context=schema) for t in toolset]
