@@ -238,10 +238,16 @@ def test_a_revision_cites_the_passage_that_holds_its_quote(corpus):
     result = research("Where is the Eiffel Tower?", corpus, session=Session(model=model))
     assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]" and result.stop_reason is StopReason.PASSED
     assert "quote" in model.prompts[1][-1]["content"]  # the revision is asked for it
+    # A quote no passage holds: the answer cites nothing, and the next revision is told so, once.
     made_up = {**revision, "quote": "The tower was painted green in 1999 by the city council"}
-    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=ScriptedModel([first, made_up])))
+    model = ScriptedModel([first, made_up, made_up])
+    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=model))
     assert result.details["answer"] == "The Eiffel Tower is in Paris."
-    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED
+    assert result.stop_reason is StopReason.ANSWERED_UNVERIFIED and model.calls == 3
+    assert "is in no passage you named" in model.prompts[2][-1]["content"]
+    model = ScriptedModel([first, made_up, revision])  # told, it copies the passage's own sentence
+    result = research("Where is the Eiffel Tower?", corpus, session=Session(model=model))
+    assert result.details["answer"] == "The Eiffel Tower is in Paris. [1]" and result.stop_reason is StopReason.PASSED
 
 
 def test_audit_gets_one_revision_then_strips_fabricated_citations(corpus):

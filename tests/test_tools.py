@@ -208,6 +208,38 @@ def test_sql_read_only_creates_no_file_and_offers_no_repair_that_changes_nothing
     assert mixed.suggestion is None and "city is a column of customers" in mixed.message
 
 
+def test_a_column_of_another_table_joins_it_on_their_key(shop, tmp_path):
+    """What an error lists, used: the column is in one other table, the two are joined by a declared foreign
+    key, a shared key column, or `customer_id` against `customers.id`, and never `id` against `id`."""
+    import sqlite3
+
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    declared = session.call("query", {"sql": "SELECT count(*) FROM orders WHERE city = 'Lisbon'"})
+    assert declared.suggestion == {"sql": "SELECT count(*) FROM orders JOIN customers ON orders.customer_id = "
+                                          "customers.id WHERE city = 'Lisbon'"}
+    db = tmp_path / "beds.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE bed (bed_ref TEXT PRIMARY KEY, zone TEXT)")
+        conn.execute("CREATE TABLE crop (crop_no INTEGER PRIMARY KEY, bed_ref TEXT, kg REAL)")
+        conn.execute("CREATE TABLE pot (id INTEGER PRIMARY KEY, label TEXT)")
+        conn.execute("CREATE TABLE plant (id INTEGER PRIMARY KEY, pot_id INTEGER, height REAL)")
+        conn.execute("CREATE TABLE tray (id INTEGER PRIMARY KEY, colour TEXT)")
+        conn.executemany("INSERT INTO bed VALUES (?, ?)", [("B1", "north"), ("B2", "south")])
+        conn.executemany("INSERT INTO crop VALUES (?, ?, ?)", [(1, "B1", 2.5), (2, "B2", 4.0), (3, "B1", 1.0)])
+    conn.close()
+    session = ToolSession(ToolRegistry(sql_tools(db)))
+    shared = session.call("query", {"sql": "SELECT sum(kg) FROM crop WHERE zone = 'north'"})
+    assert shared.suggestion == {"sql": "SELECT sum(kg) FROM crop JOIN bed ON crop.bed_ref = bed.bed_ref WHERE "
+                                        "zone = 'north'"}
+    assert session.call("query", shared.suggestion).output.splitlines() == ["sum(kg)", "3.5"]
+    named = session.call("query", {"sql": "SELECT max(height) FROM plant WHERE label = 'x'"})
+    assert named.suggestion == {"sql": "SELECT max(height) FROM plant JOIN pot ON plant.pot_id = pot.id WHERE "
+                                       "label = 'x'"}
+    # tray and pot share only their own `id`s: no join; colour is all the query names, so it reads tray.
+    unrelated = session.call("query", {"sql": "SELECT count(*) FROM pot WHERE colour = 'red'"})
+    assert unrelated.suggestion == {"sql": "SELECT count(*) FROM tray WHERE colour = 'red'"}
+
+
 def test_the_discovery_tools_are_given_only_when_the_schema_is_too_large_to_show(shop, tmp_path):
     import sqlite3
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field
 
-from ..evaluate.citations import audit, clean, references, strip_references, verified
+from ..evaluate.citations import audit, cited, clean, references, strip_references, verified
 from ..runtime import Run, Stop
 from ..search.base import Evidence, SearchBackend, SearchError
 from ..search.cache import SearchCache, normalise_query
@@ -39,6 +39,9 @@ RESULTS_PER_QUERY = 3
 """Evidence items kept per query."""
 ROUNDS = 2
 """Search-and-revise rounds by default."""
+REQUOTES = 1
+"""Revisions asked again because their quote was in no passage: a model that copies a sentence it made up
+once may copy the real one when told; asked more, it spends tokens on the same miss."""
 NO_SEARCH = "no new evidence was sought"
 
 
@@ -92,6 +95,10 @@ class ResearchState(Serial):
     """Queries already run: never run twice, compared normalised."""
     rounds: int = 0
     feedback: str = ""
+    unsupported: str = ""
+    """The last revision's quote, when no passage it named holds it: its answer then cites nothing, and the
+    next revision is told so (once: REQUOTES)."""
+    requotes: int = 0
     notes: list[str] = field(default_factory=list)
     cache_hits: int = 0
     cache_misses: int = 0
@@ -175,6 +182,7 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
         if searching and not _search_round(run, s, backend, cache, k):
             break
         s.feedback = bad[0].message if bad[0].code is ErrorCode.UNCITED else ""
+        s.requotes += bool(s.unsupported) and bad[0].message.startswith("your quote")
         if not _revise(ep, s):
             return Stop(run.budget_stop or StopReason.ERROR)
         ep.checkpoint(s)
@@ -185,10 +193,17 @@ def _rounds(ep: Episode, s: ResearchState, backend: SearchBackend, cache: Search
 
 
 def _signals(s: ResearchState, bound: int) -> list[Signal]:
-    """The draft's failing signals: each concrete gap while rounds are left, and the citation audit."""
+    """The draft's failing signals: each concrete gap while rounds are left, a quote no passage holds (once),
+    and the citation audit."""
     assert s.draft is not None
     gaps = prompts.concrete_gaps(s.draft.reflection) if s.rounds < bound else []
     signals = [Signal("research", False, ErrorCode.GAP, f"missing: {gap}") for gap in gaps[:1]]
+    if s.unsupported and s.requotes < REQUOTES:
+        signals.append(Signal("citation-audit", False, ErrorCode.UNCITED,
+                              f"your quote \"{s.unsupported[:150]}\" is in no passage you named, so the answer "
+                              "cites nothing: copy, word for word, the sentence of one numbered passage that "
+                              "states the answer, and cite that passage as [n]; if no passage states it, mark "
+                              "the answer [UNCERTAIN: ...]"))
     return [*signals, audit(s.draft.answer, s.sources().keys())]
 
 
@@ -277,6 +292,8 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
         revision: prompts.Revision = reply.value
         revision.answer = prompts.with_citations(strip_references(revision.answer), revision.evidence_used,
                                                  s.evidence, s.task, revision.quote)
+        s.unsupported = revision.quote.strip() if revision.quote.strip() and s.evidence and not cited(
+            revision.answer) else ""
         s.draft = revision
         ep.run.record(Audited(audit(revision.answer, s.sources().keys())), Role.EVALUATOR)
     return True

@@ -128,23 +128,29 @@ class Database:
         return ToolError(sqlite_error_code(exc), message, suggestion=suggestion)
 
     def other_table(self, conn: sqlite3.Connection, column: str, sql: str) -> tuple[str, str | None] | None:
-        """The one table that has `column` when the query reads another: its name, and the query reading it
-        instead when that is the query's one reading (it reads one table, and that table has every column the
-        query names). None when no table has the column, or several do."""
+        """The one table that has `column` when the query reads another: its name, and the query rewritten
+        when the query reads one table: joined to the other on their key (`join_key`) when the two are joined
+        by one and no column the query names is in both, else reading the other instead when it has every
+        column the query names. None when no table has the column, or several do."""
         holders = [t for t in self.tables(conn) if column in self.columns(conn, t)]
-        read = {name.lower() for name in TABLES_NAMED.findall(sql)}
-        if len(holders) != 1 or holders[0].lower() in read:
+        read = [name for name in self.tables(conn) if name.lower() in {n.lower() for n in TABLES_NAMED.findall(sql)}]
+        if len(holders) != 1 or holders[0] in read:
             return None
         table = holders[0]
         if len(read) != 1 or re.search(r"\bjoin\b", sql, re.IGNORECASE):
             return table, None
+        (old,) = read
+        mine, theirs = ({c.lower() for c in self.columns(conn, t)} for t in (old, table))
         every = {c.lower() for t in self.tables(conn) for c in self.columns(conn, t)}
         named = {word.lower() for word in re.findall(r"\b[A-Za-z_]\w*\b", sql)} & every
-        if not named <= {c.lower() for c in self.columns(conn, table)}:
-            return table, None
-        (old,) = read
-        return table, re.sub(rf"(\b(?:FROM|JOIN)\s+)[\"`\[]?{re.escape(old)}[\"`\]]?(?=\W|$)", rf"\g<1>{table}", sql,
-                             flags=re.IGNORECASE)
+        from_old = rf"(\bFROM\s+)[\"`\[]?{re.escape(old)}[\"`\]]?(?=\W|$)"
+        on = join_key(conn, old, table)
+        if on is not None and named <= mine | theirs and not (named & mine & theirs) - {on[0]} - {on[1]}:
+            joined = f"{old} JOIN {table} ON {old}.{on[0]} = {table}.{on[1]}"
+            return table, re.sub(from_old, lambda m: m.group(1) + joined, sql, flags=re.IGNORECASE)
+        if named <= theirs:
+            return table, re.sub(from_old, lambda m: m.group(1) + table, sql, flags=re.IGNORECASE)
+        return table, None
 
     def stored_value(self, wrong: str, kind: str, sql: str) -> tuple[str, dict[str, str] | None]:
         """A name the question used for a stored value ("the tent", "cancelled orders"): the database can
@@ -281,6 +287,30 @@ class Database:
             except sqlite3.Error as exc:
                 raise self.fail(conn, exc, sql) from None
         return f"{changed} row(s) changed"
+
+
+def join_key(conn: sqlite3.Connection, left: str, right: str) -> tuple[str, str] | None:
+    """(left's column, right's column) that join the two tables: a foreign key one declares on the other; else
+    a column both have that is the primary key of exactly one (bed_ref of beds and of harvests); else
+    `customer_id` of one against the `id` primary key of `customers` (or `customer`). None when nothing
+    joins them, or `id` against `id` (two tables' own numbers say nothing of each other)."""
+    def key(table: str) -> str | None:
+        pks = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")') if row[5]]
+        return pks[0] if len(pks) == 1 else None
+
+    for a, b, flip in ((left, right, False), (right, left, True)):
+        for row in conn.execute(f'PRAGMA foreign_key_list("{a}")'):
+            if row[2].lower() == b.lower() and row[4]:
+                return (row[4], row[3]) if flip else (row[3], row[4])
+    shared = {c.lower() for c in Database.columns(conn, left)} & {c.lower() for c in Database.columns(conn, right)}
+    keyed = [c for c in shared if (key(left) or "").lower() == c or (key(right) or "").lower() == c]
+    if len(keyed) == 1 and not ((key(left) or "").lower() == (key(right) or "").lower() == keyed[0]):
+        return keyed[0], keyed[0]
+    for a, b, flip in ((left, right, False), (right, left, True)):
+        named = {f"{b.lower()}_id", f"{b.lower().rstrip('s')}_id"}
+        if key(b) == "id" and (found := [c for c in Database.columns(conn, a) if c.lower() in named]):
+            return (key(b) or "id", found[0]) if flip else (found[0], "id")
+    return None
 
 
 CLOSE_NAME = 0.8
