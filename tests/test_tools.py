@@ -240,6 +240,20 @@ def test_a_column_of_another_table_joins_it_on_their_key(shop, tmp_path):
     assert unrelated.suggestion == {"sql": "SELECT count(*) FROM tray WHERE colour = 'red'"}
 
 
+def test_an_ambiguous_column_is_qualified_by_the_first_table_the_query_reads(shop):
+    session = ToolSession(ToolRegistry(sql_tools(shop)))
+    sql = ("SELECT id, count(*) FROM orders JOIN refunds ON refunds.order_id = orders.id GROUP BY id "
+           "ORDER BY 2 DESC LIMIT 1")
+    ambiguous = session.call("query", {"sql": sql})
+    assert "qualify it with its table: orders.id or refunds.id" in ambiguous.message
+    assert ambiguous.suggestion == {"sql": sql.replace("SELECT id", "SELECT orders.id").replace("BY id", "BY orders.id")}
+    assert session.call("query", ambiguous.suggestion).ok
+    aliased = session.call("query", {"sql": "SELECT o.id FROM orders o JOIN refunds r ON r.order_id = o.id "
+                                            "WHERE id = 'x'"})
+    assert aliased.suggestion == {"sql": "SELECT o.id FROM orders o JOIN refunds r ON r.order_id = o.id WHERE "
+                                         "o.id = 'x'"}
+
+
 def test_the_discovery_tools_are_given_only_when_the_schema_is_too_large_to_show(shop, tmp_path):
     import sqlite3
 

@@ -123,6 +123,13 @@ class Database:
                 message += f" ({label}: {', '.join(pool[:40])})"
                 note, suggestion = self.stored_value(wrong, kind, sql)
                 message += note
+        elif match := re.search(r"ambiguous column name: ([\w.]+)", message):
+            column = match.group(1).split(".")[-1]
+            holders = [t for t in self.tables(conn) if column in self.columns(conn, t)
+                       and t.lower() in {n.lower() for n in TABLES_NAMED.findall(sql)}]
+            message += f" (qualify it with its table: {' or '.join(f'{t}.{column}' for t in holders)})"
+            if (qualified := _qualified(sql, column)) is not None:
+                suggestion = {"sql": qualified}
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(sqlite_error_code(exc), message, suggestion=suggestion)
@@ -319,6 +326,23 @@ no other name comes within CLOSE_MARGIN of it: two names alike in letters may di
 'city'), and a rewrite the model did not choose answers from the wrong column. A looser match is named in the
 error and left to the agent."""
 CLOSE_MARGIN = 0.1
+
+
+FIRST_TABLE = re.compile(r"\bFROM\s+[\"`\[]?(\w+)[\"`\]]?(?:\s+(?:AS\s+)?(?!(?:JOIN|INNER|LEFT|RIGHT|CROSS|"
+                         r"NATURAL|WHERE|GROUP|ORDER|LIMIT|ON|USING|HAVING|UNION)\b)(\w+))?", re.IGNORECASE)
+
+
+def _qualified(sql: str, column: str) -> str | None:
+    """`sql` with every bare use of an ambiguous `column` (outside quotes) qualified by the first table it reads
+    from (or that table's alias): in a join on that column both sides are equal, and any one reading is better
+    than none. None when there is no FROM to take a table from."""
+    first = FIRST_TABLE.search(sql)
+    if first is None:
+        return None
+    owner = first.group(2) or first.group(1)
+    parts = re.split(r"('(?:[^']|'')*')", sql)  # quoted text stays as it is
+    bare = re.compile(rf"(?<![\w.\"`]){re.escape(column)}\b(?!\s*\()", re.IGNORECASE)
+    return "".join(part if i % 2 else bare.sub(f"{owner}.{column}", part) for i, part in enumerate(parts))
 
 
 def _one_close_match(wrong: str, pool: list[str]) -> str | None:
