@@ -246,7 +246,8 @@ def test_an_ambiguous_column_is_qualified_by_the_first_table_the_query_reads(sho
            "ORDER BY 2 DESC LIMIT 1")
     ambiguous = session.call("query", {"sql": sql})
     assert "qualify it with its table: orders.id or refunds.id" in ambiguous.message
-    assert ambiguous.suggestion == {"sql": sql.replace("SELECT id", "SELECT orders.id").replace("BY id", "BY orders.id")}
+    qualified = sql.replace("SELECT id", "SELECT orders.id").replace("BY id", "BY orders.id")
+    assert ambiguous.suggestion == {"sql": qualified}
     assert session.call("query", ambiguous.suggestion).ok
     aliased = session.call("query", {"sql": "SELECT o.id FROM orders o JOIN refunds r ON r.order_id = o.id "
                                             "WHERE id = 'x'"})

@@ -82,7 +82,8 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         reason = "the target does not exist" if code is ErrorCode.NOT_FOUND else "the tool says retrying cannot help"
         return Classification(Route.UNRECOVERABLE, f"{reason}: {signal.message}")
     if facts.suggestion:  # the tool offers the repaired call: a close match, a join, a qualified column
-        return Classification(Route.RULE, "the tool's repair of a wrong name or value", Repair("args", facts.suggestion))
+        return Classification(Route.RULE, "the tool's repair of a wrong name or value",
+                              Repair("args", facts.suggestion))
     transient = facts.transient or transient_text(signal.message)
     if code in (ErrorCode.TOOL_ERROR, ErrorCode.TIMEOUT) and transient and facts.retryable \
             and facts.retries_before < TRANSIENT_RETRIES:
