@@ -600,6 +600,43 @@ def test_trial_lesson_reaches_the_next_trial(shop):
     assert len(trial_steps) == 2 and trial_steps[1].payload().lessons[0].correction == "answer right, not wrong"
 
 
+def test_a_trial_whose_lesson_is_discarded_still_tells_the_next_how_it_ended_and_is_sampled(shop):
+    """The reflector gives nothing worth keeping; the next trial still starts from what ended the last (its
+    rejected answer), and it is sampled: greedy decoding of a prompt that changed little would repeat it."""
+    inner = ScriptedModel([final("wrong"), final("right")])
+    outer = ScriptedModel([{"failure_step": "s", "observed_mismatch": "insufficient evidence",
+                            "root_cause": "insufficient evidence", "correction": "try again"}])
+    handed = []
+
+    def attempt(t):
+        handed.append((t.temperature, t.seed))
+        return react("q", sql_tools(shop), lessons=t.lessons, budget=t.budget, temperature=t.temperature,
+                     seed=t.seed, validator=lambda a: None if a == "right" else "does not match",
+                     session=Session(model=inner), max_steps=1)
+
+    result = trials("q", attempt, session=Session(model=outer))
+    assert result.passed and handed == [(0.0, 1), (0.7, 2)]
+    told = inner.prompts[1][-1]["content"]
+    assert "trial 1 ended" in told and "'wrong', which was not accepted" in told
+
+
+def test_a_final_answer_rejected_once_is_refused_as_a_repeat_without_the_validator():
+    lookup, _ = flaky_tool(0)
+    asked = []
+
+    def check(answer):
+        asked.append(answer)
+        return None if answer == "value of good" else "does not match"
+
+    model = ScriptedModel([final("7"), lesson("does not match 7", "look the value up"), final(" 7 "),
+                           act("lookup", key="good"), final("value of good")])
+    store = MemoryStore()
+    result = react("find it", [lookup], validator=check, session=Session(model=model, store=store), max_steps=5)
+    assert result.passed and asked == ["7", "value of good"]
+    acted = [s.payload() for s in store.steps(result.run_id) if s.kind == "react"]
+    assert "rejected before" in acted[1].observation
+
+
 def test_trials_with_refine():
     class Expect:
         name, subjective = "expect", False

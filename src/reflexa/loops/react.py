@@ -139,6 +139,9 @@ class ReactState(Serial):
     checkpoint, so a run killed between the step and that decision redoes the decision on resume instead
     of losing it (a rule repair, a lesson, a stop). A redone reflection finds its lesson in the experience
     library, or calls the reflector again within the quota that already counts the first call."""
+    rejected: list[str] = field(default_factory=list)
+    """Final answers the validator rejected (case and spacing aside): one given again is refused as such,
+    without asking the validator, so the model hears that it is a repeat."""
     answer: str | None = None
     validated: bool = False
 
@@ -147,14 +150,16 @@ class ReactState(Serial):
         notes = ([] if self.validated or self.answer is None
                  else ["the final answer was not validated: no validator was given"])
         return Outcome(self.answer, self.answer if self.validated else None, iterations=self.step, notes=notes,
-                          retried=counters.reflector_calls + counters.experience_hits > 0,
-                          retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
+                       details={"rejected": self.rejected} if self.rejected else {},
+                       retried=counters.reflector_calls + counters.experience_hits > 0,
+                       retry_tokens=episode.run.meter.by_role.get("reflector", Usage()).total_tokens)
 
 
 def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, session: Session | None = None,
           budget: Budget = Budget(), max_steps: int = MAX_STEPS, validator: Validator | CheckLike | None = None,
           lessons: Sequence[Lesson] = (), similarity: Similarity | None = None, family: str = "react",
-          memory: Sequence[str] = (), meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
+          memory: Sequence[str] = (), temperature: float = 0.0, seed: int = 0, meta: dict[str, Any] | None = None,
+          resume: str | None = None) -> Result:
     """Pursue `task` with `tools` for at most `max_steps` steps.
 
     Each step the model picks one action with structured output bound to the tools' schemas; a final
@@ -166,7 +171,8 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessi
     the reflection engine. Every step is stored with a checkpoint of the
     state, so `resume=RUN_ID` continues a killed run without repeating a side-effecting call. `lessons`
     carried in take effect from the first step, controls included (blocks, a forced first action);
-    `memory` is outside facts kept in view (see Workspace.memory).
+    `memory` is outside facts kept in view (see Workspace.memory). `temperature` samples each step (0:
+    greedy), at the model's seed plus `seed` (a trial's number: two trials draw two samples).
     """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     validate = as_validator(validator, task)
@@ -182,14 +188,14 @@ def react(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessi
 
     def body(ep: Episode, s: ReactState) -> Stop:
         tools = ToolSession(registry, ep.run.store, ep.run.run_id, s.blocks, ep.session.approver)
-        return _steps(ep, s, tools, validate, similarity)
+        return _steps(ep, s, tools, validate, similarity, (temperature, seed))
 
     return run_loop(session or Session(), "react", task, state, body, budget=budget,
                     bound=max_steps, family=family, cut="reflections", meta=meta, resume=resume)
 
 
 def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator | None,
-           similarity: Similarity | None) -> Stop:
+           similarity: Similarity | None, sampling: tuple[float, int] = (0.0, 0)) -> Stop:
     """The loop itself: choose, act, gate, and let the engine repair, reflect or stop."""
     run, engine, ws = ep.run, ep.engine, s.workspace
     if unknown := interrupted_effects(run.store, run.run_id):
@@ -204,14 +210,14 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
     schema = prompts.action_schema(tools.registry)
     while s.step < ep.bound:
         s.step += 1
-        chosen = _next_action(ep, s, tools, schema)
+        chosen = _next_action(ep, s, tools, schema, sampling)
         if chosen is None:
             return Stop(run.budget_stop or StopReason.ERROR)
         if isinstance(chosen.action, ToolCall):
             run.status(f"tool {chosen.action.tool} running")  # a live view shows it until the step lands
         acted_at = time.time()  # the step spans the tool call: a trace (and a tracer) shows its time
         try:
-            action, observation = _carry_out(chosen.action, tools, s.step, validator)
+            action, observation = _carry_out(chosen.action, tools, s.step, validator, s.rejected)
         except AwaitingApproval as waiting:
             # The same call, at the same step, is the first thing a resume does: it then finds its decision.
             s.step, s.queued = s.step - 1, chosen
@@ -265,7 +271,8 @@ def _record(ep: Episode, s: ReactState, chosen: Chosen, action: str, observation
                         ep.snapshot(s)), Role.GENERATOR, started_at=started_at)
 
 
-def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any]) -> Chosen | None:
+def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[str, Any],
+                 sampling: tuple[float, int] = (0.0, 0)) -> Chosen | None:
     """The step's action: a queued rule repair or forced action, else the model's choice. On the last step,
     with facts in hand, the model may only answer: no step is left to read a tool's output, so a queued
     tool call (a retry, a page) gives way too."""
@@ -278,8 +285,10 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
     note = prompts.LAST_STEP if last else prompts.REPEATED_CALL if resting else ""
     if not last and resting:
         schema = prompts.action_schema(tools.registry, leave_out=resting)
+    temperature, seed = sampling
     reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, note=note),
-                        schema=prompts.answer_schema() if last else schema, max_tokens=256)
+                        schema=prompts.answer_schema() if last else schema, max_tokens=256, temperature=temperature,
+                        seed_offset=seed * 100 + s.step)
     if reply is None:
         return None
     if reply.value is not None:
@@ -299,8 +308,10 @@ def _action(tool: str, args: dict[str, Any]) -> Action:
     return ToolCall(tool, args)
 
 
-def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validator | None) -> tuple[str, Observation]:
-    """Carry out one action: (its text form, what came back)."""
+def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validator | None,
+               rejected: list[str]) -> tuple[str, Observation]:
+    """Carry out one action: (its text form, what came back). A final answer the validator rejects joins
+    `rejected`."""
     if isinstance(action, PageAction):
         page = tools.page(action.tool, action.page)
         observation = page or Observation(action.tool, {}, False, code=ErrorCode.EMPTY, message="no such page")
@@ -313,7 +324,13 @@ def _carry_out(action: Action, tools: ToolSession, step: int, validator: Validat
         if not action.answer.strip():
             return text, Observation(prompts.FINAL, {}, False, code=ErrorCode.EMPTY,
                                      message="the final answer is empty")
+        key = " ".join(action.answer.lower().split())
+        if key in rejected:
+            return text, Observation(prompts.FINAL, {"answer": action.answer}, False, code=ErrorCode.VALIDATION_FAILED,
+                                     message="this answer was rejected before: find the value another way")
         problem = validator(action.answer) if validator else None
+        if problem:
+            rejected.append(key)
         return text, Observation(prompts.FINAL, {"answer": action.answer}, problem is None, action.answer,
                                  ErrorCode.VALIDATION_FAILED if problem else None, problem or "")
     return prompts.describe_action(action.tool, action.args), tools.call(action.tool, action.args, step=step)

@@ -21,8 +21,8 @@ SYSTEM = (
     "Never repeat a call: its result stays in Facts. As soon as the Facts answer the goal, call "
     f"{FINAL} with args {{\"answer\": ...}}.\n\nTools:\n"
 )
-REPEATED_CALL = ("Your last call repeated an earlier one, so its result is already in Facts. If the Facts answer "
-                 "the goal, give the final answer now; if not, call another tool.")
+REPEATED_CALL = ("Your last call repeated an earlier one, so its result is already in Facts. Answer the goal from "
+                 "the Facts now with final_answer, unless they lack something only another tool can give.")
 LAST_STEP = "This is your last step, so no tool output can be read after it. Give the final answer now."
 
 

@@ -10,13 +10,28 @@ from typing import Any
 
 from ..runtime import Run, Stop
 from ..trace.store import RunRecord
-from ..types import Budget, ErrorCode, Lesson, Payload, Result, Serial, Signal, StopReason, Usage, Verdict, payload
+from ..types import (
+    Budget,
+    ErrorCode,
+    Lesson,
+    Payload,
+    Result,
+    Serial,
+    Signal,
+    StopReason,
+    Usage,
+    Verdict,
+    cap,
+    payload,
+)
 from .session import Episode, Outcome, Session, awaiting, find_child, run_loop, widened
 
 MAX_TRIALS = 3
 """Trials by default."""
 EPISODIC_LESSONS = 3
 """Lessons the episodic memory keeps: a ring buffer, the oldest drops out."""
+TRIAL_TEMPERATURE = 0.7
+"""The temperature of every trial after the first (see TrialCall.temperature)."""
 
 
 
@@ -35,6 +50,12 @@ class TrialCall:
     """The trial's labels (its parent run and its number), for its run's record."""
     resume: str | None = None
     """The trial's own unfinished run, when the trials run is resumed."""
+    temperature: float = 0.0
+    """The trial's sampling temperature: 0 for the first (greedy), TRIAL_TEMPERATURE for the later ones, so a
+    trial whose lessons changed little is still a new attempt, not the last one again. Pass it on with
+    `seed`, as the runner a task spec builds does."""
+    seed: int = 0
+    """The seed offset of the trial's sampled calls: its number, so two trials draw two samples."""
 
 
 TrialRunner = Callable[[TrialCall], Result]
@@ -115,8 +136,9 @@ def _trials(ep: Episode, s: TrialsState, task: str, trial: TrialRunner) -> Stop:
                                 snippet=last.error or _feedback(last))
         if outcome.stop is not None:
             return Stop(outcome.stop, outcome.reason)
-        if outcome.lesson is not None:
-            s.memory = [*s.memory, outcome.lesson][-EPISODIC_LESSONS:]
+        # A lesson the engine kept, else the trial's failure itself: the next trial is told what ended this one
+        # (a rejected answer, a stop), as refine tells a revision its failing signal.
+        s.memory = [*s.memory, outcome.lesson or trial_lesson(s.trials, last)][-EPISODIC_LESSONS:]
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
 
@@ -127,7 +149,20 @@ def _call(run: Run, s: TrialsState, child: RunRecord | None) -> TrialCall:
     budget = run.meter.remaining()
     if child is not None:  # the resumed trial counts what it spent before the kill itself
         budget = widened(budget, Usage.total(step.usage for step in run.store.steps(child.run_id) if step.role))
-    return TrialCall(s.trials, list(s.memory), budget, labels, child.run_id if child is not None else None)
+    return TrialCall(s.trials, list(s.memory), budget, labels, child.run_id if child is not None else None,
+                     temperature=TRIAL_TEMPERATURE if s.trials > 1 else 0.0, seed=s.trials)
+
+
+def trial_lesson(number: int, result: Result) -> Lesson:
+    """What a failed trial teaches when the reflector gives no lesson: how it ended, and its answer (or the
+    answers its validator rejected)."""
+    answers = [result.output] if result.output else list(result.details.get("rejected", []))
+    said = (f"; it answered {', '.join(repr(cap(a, 80)) for a in answers[-3:])}, which was not accepted"
+            if answers else "")
+    return Lesson(f"trial {number}", cap(f"trial {number} ended {result.stop_reason}: "
+                                         f"{result.error or _feedback(result)}", 300),
+                  "its approach did not reach an accepted answer",
+                  cap(f"take another approach than trial {number}{said}", 300))
 
 
 def _signal(result: Result) -> Signal:

@@ -144,11 +144,13 @@ def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str,
 
 
 def _react_with(registry: ToolRegistry, spec: TaskSpec, session: Session, resume: str | None,
-                meta: dict[str, Any], lessons: Sequence[Lesson] = (), budget: Budget | None = None) -> Result:
+                meta: dict[str, Any], lessons: Sequence[Lesson] = (), budget: Budget | None = None,
+                sampling: tuple[float, int] = (0.0, 0)) -> Result:
     from ..loops.react import MAX_STEPS, react
 
     return react(spec.task, registry, session=session, budget=budget or spec.budget, validator=validator(spec),
-                 max_steps=spec.max_steps or MAX_STEPS, lessons=lessons, meta=meta, resume=resume)
+                 max_steps=spec.max_steps or MAX_STEPS, lessons=lessons, temperature=sampling[0], seed=sampling[1],
+                 meta=meta, resume=resume)
 
 
 def _trials(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:
@@ -159,7 +161,7 @@ def _trials(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
 
         def trial(call: TrialCall) -> Result:
             return _react_with(registry, spec, session, call.resume, {**labels, **call.meta}, call.lessons,
-                               call.budget)
+                               call.budget, (call.temperature, call.seed))
 
         return trials(spec.task, trial, session=session, max_trials=spec.max_trials or MAX_TRIALS,
                       budget=spec.budget, meta=meta, resume=resume)
