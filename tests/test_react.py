@@ -637,6 +637,32 @@ def test_a_final_answer_rejected_once_is_refused_as_a_repeat_without_the_validat
     assert "rejected before" in acted[1].observation
 
 
+def test_a_tool_that_fails_the_same_way_after_a_lesson_is_blocked_when_others_are_open():
+    """A raw error that lists nothing ("no such column: origin"), a lesson that guesses again, the same error:
+    with another tool open, the failing one is blocked and the run goes on; with none, it stops."""
+    @tool
+    def rows_where(where: str) -> str:
+        """Count rows matching a condition."""
+        raise RuntimeError("OperationalError: no such column: origin")
+
+    @tool
+    def services_from(code: str) -> str:
+        """Services from a station."""
+        return "2R01, 2R02 (2 services)"
+
+    script = [act("rows_where", where="origin = 'BRK'"), lesson("no such column: origin", "use column origin"),
+              act("rows_where", where="origin = 'BRK' "), act("services_from", code="BRK"), final("2")]
+    store = MemoryStore()
+    result = react("q", [rows_where, services_from], validator=accept,
+                   session=Session(model=ScriptedModel(script), store=store), max_steps=5)
+    assert result.passed and result.counters["reflector_calls"] == 1
+    decisions = [s.payload() for s in store.steps(result.run_id) if s.kind == "engine"]
+    assert "the tool is blocked" in decisions[-1].reason and decisions[-1].lesson.control.tool == "rows_where"
+    alone = react("q", [rows_where], validator=accept, session=Session(model=ScriptedModel(script[:3])),
+                  max_steps=5)
+    assert alone.stop_reason is StopReason.NO_PROGRESS
+
+
 def test_trials_with_refine():
     class Expect:
         name, subjective = "expect", False

@@ -343,7 +343,9 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
                  retryable=tool is not None and not tool.side_effect,
                  retries_before=s.retries.get(action, 0), can_page=observation.truncated,
                  repeat_noted=action in s.noted, human=observation.denied, transient=observation.transient,
-                 retry_after=observation.retry_after)
+                 retry_after=observation.retry_after,
+                 alternatives=any(name != observation.tool and name not in tools.blocks.tools
+                                  for name in tools.registry.tools))
 
 
 def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession) -> None:

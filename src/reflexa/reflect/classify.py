@@ -70,6 +70,8 @@ class Facts:
     """A human denied the call: the tool is blocked, and the agent may still reach the task's answer another way."""
     transient: bool = False
     """The tool says the failure is one waiting may fix, by its exception's type or status (tools/transient.py)."""
+    alternatives: bool = False
+    """Other tools than the failing one are open to the agent: a tool that keeps failing can be left."""
     retry_after: float | None = None
     """Seconds the failure asked to wait before a retry."""
 

@@ -3,7 +3,9 @@
     signals ─gate─> nothing failed? ── continue (no reflection call)
                └─> classify ─ rule ───────────> Repair (no model call)
                             ─ unrecoverable ──> stop UNRECOVERABLE
-                            ─ reflect ─> recurs after a reflection? ─> stop NO_PROGRESS
+                            ─ stalled ────────> stop NO_PROGRESS (a repeated call already pointed out)
+                            ─ reflect ─> recurs after a reflection? ─> block that tool if others are open,
+                                                                       else stop NO_PROGRESS
                                        ─> experience hit? ─> reuse its lesson (no model call)
                                        ─> quota left? ─> reflector ─> lesson, unless discarded
                                                                     ─> repeats the failing action? ─> stop NO_PROGRESS
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..types import ErrorCode, Lesson, Payload, Signal, StopReason, payload
+from ..types import Control, ErrorCode, Lesson, Payload, Signal, StopReason, cap, payload
 from .classify import Facts, Repair, Route, classify
 from .experience import ExperienceLibrary
 from .gate import failing
@@ -48,6 +50,12 @@ def experience_key(signal: Signal, task: str) -> str:
         return signal.fingerprint
     digest = hashlib.sha256(" ".join(task.lower().split()).encode()).hexdigest()[:16]
     return f"{signal.fingerprint}|goal:{digest}"
+
+
+def blocked_lesson(tool: str, signal: Signal) -> Lesson:
+    """The rule's lesson for a tool that failed the same way after a reflection on it: block it, say why."""
+    return Lesson(f"calls of {tool}", cap(signal.message, 300), f"{tool} fails this way whatever the lesson",
+                  f"{tool} is blocked for this run: reach the goal with the other tools", Control("block_tool", tool))
 
 
 @dataclass(slots=True)
@@ -153,6 +161,13 @@ class Engine:
                             stop=StopReason.NO_PROGRESS)
         self.counters.sent_to_reflection += 1
         if self.progress.recurs(fingerprint):
+            tool = signal.source.removeprefix("tool:")
+            if rule_facts.alternatives and signal.source.startswith("tool:") and tool != "final_answer":
+                # The tool fails the same way after a lesson on it, while others are there: a dead end to leave,
+                # as a person would stop calling a broken endpoint, rather than a run to end.
+                self.counters.rule_repairs += 1
+                return Handling("lesson", "the same error came back after a reflection on it: the tool is blocked "
+                                "for this run", lesson=blocked_lesson(tool, signal))
             self.counters.no_progress += 1
             return Handling("stop", "the same error came back after a reflection on it", stop=StopReason.NO_PROGRESS)
         key = experience_key(signal, task) if self.experience is not None else ""  # no library, no key
