@@ -127,7 +127,8 @@ def _run(config: BatchConfig, task: TaskLine, store: Store, observer: Any, resum
 
     # A line's own reflector wins ('' is the task's model); else the batch's.
     reflector = task.spec.reflector_model if task.spec.reflector_model is not None else config.reflector_model
-    session = Session(model=worker_model(task.spec.model or config.model, config.connections), store=store,
+    session = Session(model=worker_model(task.spec.model or config.model, config.connections, loop=task.spec.loop),
+                      store=store,
                       observer=observer, experience=ExperienceLibrary(store) if config.experience else None,
                       governor=Governor(store) if config.governor else None,
                       reflector_model=worker_model(reflector, config.connections) if reflector else None)

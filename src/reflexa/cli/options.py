@@ -37,9 +37,10 @@ def option(metavar: str | None, help: str, *, names: tuple[str, ...] = (), path:
 
 
 ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", metavar="SPEC", show_default=False, help="Model spec: local (the default, Qwen2.5-Coder-0.5B), "
+    "--model", "-m", metavar="SPEC", show_default=False, help="Model spec: local (Qwen2.5-Coder-0.5B), "
     "local:qwen1.5b, local:PATH.gguf, openai:MODEL, openai:http://HOST:PORT/v1#MODEL, anthropic:MODEL, "
-    "scripted:FILE. Default: $REFLEXA_MODEL, reflexa.toml, then local.")]
+    "scripted:FILE. Default: $REFLEXA_MODEL, reflexa.toml, then the loop's own: local:qwen1.5b for react, "
+    "trials and plan, local for refine and research.")]
 ReflectorOpt = Annotated[str | None, typer.Option(
     "--reflector-model", metavar="SPEC", show_default=False, help="Model spec for the reflector's calls alone (e.g. "
     "local:qwen1.5b); '' for the run's model. Default: $REFLEXA_REFLECTOR_MODEL, reflexa.toml, else the "

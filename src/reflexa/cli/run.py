@@ -240,7 +240,7 @@ def session_for(spec: TaskSpec, trace: str | None, out: Output, *, experience: b
     observer("status", "starting")  # the live line shows up now, not after the model has loaded
     try:
         store = open_store(trace)
-        model = resolve(spec.model)
+        model = resolve(spec.model, loop=spec.loop)
         session = Session(model=model, store=store, observer=observer,
                           experience=ExperienceLibrary(store) if experience else None,
                           reflector_model=resolve_reflector(spec.reflector_model, model),

@@ -179,7 +179,7 @@ def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger
     reflector = spec.reflector_model if spec.reflector_model is not None else config.reflector_model
 
     def model(name: str | None) -> Model:
-        found = worker_model(name, config.connections)
+        found = worker_model(name, config.connections, loop=spec.loop)
         return SharedCalls(found, cache, ledger) if cache is not None else found
 
     return Session(model=model(spec.model or config.model), store=worker_store(config.store),

@@ -35,13 +35,16 @@ def worker_store(target: str) -> Store:
         return _STORES[key]
 
 
-def worker_model(spec: str | None, connections: int | None) -> Model:
-    """The model for a task. A scripted model is built for each task (its queue of replies is per-run
-    state); any other is built once per process and shared by its threads, under the connection limit."""
+def worker_model(spec: str | None, connections: int | None, *, loop: str | None = None) -> Model:
+    """The model for a task (None: the configured one, or `loop`'s default). A scripted model is built for
+    each task (its queue of replies is per-run state); any other is built once per process and shared by its
+    threads, under the connection limit."""
+    from ..models.config import configured_spec
     from ..models.limit import limited
     from ..models.spec import resolve
 
-    if spec is not None and spec.startswith("scripted:"):
+    spec = spec if spec is not None else configured_spec(loop)
+    if spec.startswith("scripted:"):
         return resolve(spec)
     key = (os.getpid(), spec)
     with _GUARD:

@@ -29,8 +29,9 @@ from ..types import UNFINISHED, Budget, Result, StopReason, Usage, Verdict
 class Session:
     """The plumbing a run needs and no loop should rebuild. One session can serve many runs.
 
-    `model` None means the configured default (`--model`, $REFLEXA_MODEL, reflexa.toml, else `local`),
-    resolved when the first run opens; the configured reflector ($REFLEXA_REFLECTOR_MODEL, reflexa.toml's
+    `model` None means the configured default (`--model`, $REFLEXA_MODEL, reflexa.toml, else the first
+    run's loop's own: `local:qwen1.5b` for react, trials and plan, `local` for the others), resolved when the
+    first run opens; the configured reflector ($REFLEXA_REFLECTOR_MODEL, reflexa.toml's
     `reflector_model`) is then resolved with it. A session given its model reflects on that model unless
     it is given a `reflector_model` too."""
 
@@ -48,11 +49,12 @@ class Session:
     """Decides on every side-effecting tool call before it runs (tools/approval.py: approve, deny with a
     reason, or defer, which stops the run AWAITING_APPROVAL); None runs them unasked."""
 
-    def resolved_model(self) -> Model:
+    def resolved_model(self, loop: str | None = None) -> Model:
+        """The session's model; unset, the configured one (the default of `loop` when nothing is configured)."""
         if self.model is None:
             from ..models.spec import resolve, resolve_reflector
 
-            self.model = resolve()
+            self.model = resolve(loop=loop)
             if self.reflector_model is None:
                 self.reflector_model = resolve_reflector(model=self.model)
         return self.model
@@ -127,7 +129,7 @@ def run_loop(session: Session, loop: str, task: str, state: S, body: Body[S], *,
     spent budget or a model failure. `bound` is the loop's own limit (attempts, steps or rounds); the
     governor, when the session has one, may cut it or the reflections for the task `family`. `reflect`
     False makes no reflector call at all."""
-    model = session.resolved_model()
+    model = session.resolved_model(loop)
     family = family or loop
     reflector = session.reflector_model if session.reflector_model is not model else None
     # Whether retries pay depends on who reflects too: a reflector on its own model keeps its own record.

@@ -39,10 +39,17 @@ def _file_value(path: Path, key: str) -> Any:
     return data.get(key)
 
 
-def configured_spec() -> str:
+LOOP_DEFAULTS = {"react": "local:qwen1.5b", "trials": "local:qwen1.5b", "plan": "local:qwen1.5b"}
+"""Each loop's own default where measurement chose another model than `local` (Qwen2.5-Coder-0.5B): the agent
+loops default to Qwen2.5-Coder-1.5B, which answered 19 of 28 tuning questions over databases and APIs it was
+not tuned on where the 0.5B model answered 7 of 24 (bench/README.md, "Agents")."""
+
+
+def configured_spec(loop: str | None = None) -> str:
     """The model spec in force when no flag names one: $REFLEXA_MODEL, then `model = "..."` in a config
-    file, then `local`. An empty value counts as unset here; an explicit empty flag is an error."""
-    return _configured("REFLEXA_MODEL", "model") or DEFAULT_SPEC
+    file, then the default of `loop` (LOOP_DEFAULTS), then `local`. An empty value counts as unset here; an
+    explicit empty flag is an error."""
+    return _configured("REFLEXA_MODEL", "model") or LOOP_DEFAULTS.get(loop or "", DEFAULT_SPEC)
 
 
 def configured_reflector_spec() -> str | None:

@@ -17,11 +17,12 @@ __all__ = ["CONFIG_NAME", "SPEC_HELP", "Availability", "absolute_spec", "availab
            "configured_reflector_spec", "configured_spec", "resolve", "resolve_reflector"]
 
 
-def resolve(spec: str | None = None) -> Model:
-    """Build the Model a spec string names; None means the configured spec. An empty spec, an unknown
-    backend or a target the backend cannot read is a ConfigError."""
+def resolve(spec: str | None = None, *, loop: str | None = None) -> Model:
+    """Build the Model a spec string names; None means the configured spec (for `loop`: its own default when
+    nothing is configured). An empty spec, an unknown backend or a target the backend cannot read is a
+    ConfigError."""
     if spec is None:
-        spec = configured_spec()
+        spec = configured_spec(loop)
     spec = spec.strip()
     if not spec:
         raise ConfigError("empty model spec", hint=f"use one of: {SPEC_HELP}; or leave out -m for the default")

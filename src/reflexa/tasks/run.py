@@ -35,14 +35,14 @@ def run_spec(spec: TaskSpec, session: Session | None = None, *, resume: str | No
     if spec.loop in ("react", "trials", "plan"):
         session = replace(session, approver=approver(spec, session))
     if spec.seed is not None:
-        session = replace(session, model=session.resolved_model().reseeded(spec.seed))
+        session = replace(session, model=session.resolved_model(spec.loop).reseeded(spec.seed))
     return RUNNERS[spec.loop](spec, session, resume, {"spec": _pinned(spec, session).dump(), **(meta or {})})
 
 
 def _pinned(spec: TaskSpec, session: Session) -> TaskSpec:
     """The spec as it runs in `session`: the models it left to the configuration named, so a resume runs on
     the same ones whatever the configuration says by then."""
-    model = session.resolved_model()
+    model = session.resolved_model(spec.loop)
     reflector = session.reflector_model if session.reflector_model is not model else None
     pins = {"model": model.spec if spec.model is None else None,
             "reflector_model": (reflector.spec if reflector is not None else "") if spec.reflector_model is None
@@ -54,7 +54,7 @@ def spec_session(spec: TaskSpec) -> Session:
     """A session on the spec's model (the configured one when it names none) and its reflector."""
     from ..models.spec import resolve, resolve_reflector
 
-    model = resolve(spec.model)
+    model = resolve(spec.model, loop=spec.loop)
     return Session(model=model, reflector_model=resolve_reflector(spec.reflector_model, model))
 
 
