@@ -120,9 +120,9 @@ CHEATS = {
     "a printed pytest summary, then exit 0": ("print('==== 3 passed in 0.01s ====')\nimport os\nos._exit(0)\n",
                                              ErrorCode.NO_TEST_REPORT),
     "pytest patched so no test runs": (("import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
-                                        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+                                        "def is_prime(n):\n    return False\n"), ErrorCode.TEST_FAILED),
     "test file overwritten": (("open('test_solution.py', 'w').write('def test_x():\\n    pass\\n')\n"
-                               "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+                               "def is_prime(n):\n    return False\n"), ErrorCode.TEST_FAILED),
     "a plugin rewrites failures as passes": ((
         "import pytest, _pytest.config\n"
         "class Cheat:\n"
@@ -136,15 +136,17 @@ CHEATS = {
         "for obj in gc.get_objects():\n"
         "    if isinstance(obj, _pytest.config.Config):\n"
         "        obj.pluginmanager.register(Cheat(), 'cheat')\n"
-        "def is_prime(n):\n    return False\n"), ErrorCode.TAMPERED),
+        "def is_prime(n):\n    return False\n"), ErrorCode.TEST_FAILED),
 }
 
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS))
 def test_pytest_check_cannot_be_faked(cheat):
+    """The candidate runs in a process of its own: what it does to pytest, a test file or its own exit there
+    reaches neither the tests nor their report, so it fails as the wrong code it is."""
     candidate, code = CHEATS[cheat]
     signal = PytestCheck(EXAMPLE / "test_solution.py").run(candidate, CheckContext())
-    assert not signal.ok and signal.code is code and signal.score == 0.0, signal
+    assert not signal.ok and signal.code is code, signal
     assert signal.message
 
 

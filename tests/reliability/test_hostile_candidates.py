@@ -2,10 +2,9 @@
 
 Each candidate's `add` is wrong (it subtracts), and it tries one trick: leave before the tests end, fake a
 summary, return an object that equals everything, reach the report channel, rewrite the tests or pytest in
-memory, read the tests to answer from them, or escape the sandbox. The script check (`test_code`) computes
-its verdict in a process the candidate cannot reach, with values crossing as plain data; the pytest check
-shares the candidate's interpreter and reports tampering as TAMPERED. docs/checks.md says what each
-guarantees.
+memory, read the tests to answer from them, or escape the sandbox. Both check kinds (`test_code` and a
+pytest file) compute their verdict in a process the candidate cannot reach, with values crossing as plain data,
+so no trick may pass either, through the API or the CLI. docs/checks.md says what each guarantees.
 """
 
 from __future__ import annotations
@@ -157,6 +156,78 @@ TRICKS = {
     "a list subclass equal to everything": "class L(list):\n    def __eq__(self, o):\n        return True\n"
                                            "def add(a, b):\n    return L([a - b])\n",
     "a pytest.skip raised by the code": "import pytest\ndef add(a, b):\n    pytest.skip('later')\n",
+    # round three: routes a re-probe found, and more of their kind
+    "the test file rewritten at import, before the tests are hashed": (
+        "import pathlib\nfor name in ('test_solution.py', 'tests.py'):\n"
+        "    p = pathlib.Path(name)\n    if p.exists():\n"
+        "        p.write_text('def test_ok():\\n    pass\\n')\n" + WRONG),
+    "an always-equal object returned by a bound method": EQUALS_ALL + "class C:\n    def add(self, a, b):\n"
+                                                                      "        return Yes()\nadd = C().add\n",
+    "an always-equal object from a callable instance": EQUALS_ALL + "class C:\n    def __call__(self, a, b):\n"
+                                                                   "        return Yes()\nadd = C()\n",
+    "an always-equal object from a functools.partial": (
+        "import functools\n" + EQUALS_ALL + "def _add(a, b, c):\n    return Yes()\n"
+        "add = functools.partial(_add, c=0)\n"),
+    "an always-equal object from a function whose __module__ was renamed": (
+        EQUALS_ALL + "def add(a, b):\n    return Yes()\nadd.__module__ = 'builtins'\n"),
+    "an always-equal object from a lambda": EQUALS_ALL + "add = lambda a, b: Yes()\n",
+    "an always-equal object from a staticmethod of a class": (
+        EQUALS_ALL + "class C:\n    @staticmethod\n    def add(a, b):\n        return Yes()\nadd = C.add\n"),
+    "an always-equal object from a wrapped (decorated) function": (
+        "import functools\n" + EQUALS_ALL + "def deco(f):\n    @functools.wraps(f)\n"
+        "    def inner(*a):\n        return Yes()\n    return inner\n@deco\ndef add(a, b):\n    return 0\n"),
+    "an always-equal object from a generator's send": (
+        EQUALS_ALL + "def gen():\n    while True:\n        yield Yes()\n_g = gen()\n"
+        "def add(a, b):\n    return next(_g)\n"),
+    "an object whose __eq__ is set on the class after import": (
+        "class Z:\n    pass\ndef add(a, b):\n    return Z()\nZ.__eq__ = lambda self, other: True\n"
+        "Z.__hash__ = object.__hash__\n"),
+    "a dict subclass equal to everything": "class D(dict):\n    def __eq__(self, o):\n        return True\n"
+                                           "def add(a, b):\n    return D(v=a - b)\n",
+    "a tuple subclass equal to everything": "class T(tuple):\n    def __eq__(self, o):\n        return True\n"
+                                            "    __hash__ = tuple.__hash__\ndef add(a, b):\n    return T((a - b,))\n",
+    "a NotImplemented-returning equality that flips the test's own __eq__": (
+        "class R:\n    def __eq__(self, o):\n        return NotImplemented\n    def __req__(self, o):\n"
+        "        return True\n    __hash__ = object.__hash__\ndef add(a, b):\n    return R()\n"),
+    "the harness's finish reached by walking sys._getframe up the stack": (
+        "import sys\n" + WRONG +
+        "def forge():\n    frame = sys._getframe()\n    while frame is not None:\n"
+        "        finish = frame.f_locals.get('finish') or frame.f_globals.get('finish')\n"
+        "        if callable(finish):\n            try:\n"
+        "                finish({'finished': True, 'exit_code': 0, 'collected': 1, 'passed': 1, 'failed': 0,\n"
+        "                        'errors': 0, 'collect_errors': 0, 'tampered': [], 'ids': ['test_add']}, 0)\n"
+        "            except BaseException:\n                pass\n"
+        "        frame = frame.f_back\nforge()\n"
+        "_add = add\ndef add(a, b):\n    forge()\n    return _add(a, b)\n"),
+    "the test module's test functions replaced from a thread before collection": (
+        "import sys, threading, time\n" + WRONG +
+        "def replace():\n    for _ in range(20000):\n"
+        "        for name in ('test_solution', 'tests'):\n"
+        "            module = sys.modules.get(name)\n"
+        "            if module is not None:\n"
+        "                for key in [k for k in vars(module) if k.startswith('test')]:\n"
+        "                    setattr(module, key, lambda *a, **k: None)\n"
+        "        time.sleep(0.0002)\n"
+        "threading.Thread(target=replace, daemon=True).start()\n"),
+    "the candidate's module replaced in sys.modules by a correct one": (
+        "import sys, types\n" + WRONG + "good = types.ModuleType('solution')\n"
+        "good.add = lambda a, b: a + b\nsys.modules['solution'] = good\n"),
+    "a conftest.py written beside the tests, turning failures into passes": (
+        "import pathlib\npathlib.Path('conftest.py').write_text("
+        "'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\n'\n"
+        "'def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n'\n"
+        "'    outcome.get_result().outcome = \"passed\"\\n')\n" + WRONG),
+    "forged replies written on every descriptor (the wire)": (
+        "import os, json\n" + WRONG +
+        "for fd in range(3, 64):\n    try:\n"
+        "        os.write(fd, (json.dumps({'value': 5}) + '\\n').encode())\n"
+        "    except OSError:\n        pass\n"),
+    "an environment variable the harness reads, set to a forged value": (
+        "import os\nos.environ['REFLEXA_REPORT_FDS'] = '0,1'\nos.environ['PYTEST_ADDOPTS'] = '-p no:python'\n" + WRONG),
+    "pytest.main replaced in the candidate's interpreter": (
+        "import pytest\npytest.main = lambda *a, **k: 0\n" + WRONG),
+    "a float that is NaN-unequal but prints as the answer": "def add(a, b):\n    return float('nan')\n",
+    "a string of the right digits": "def add(a, b):\n    return str(a + b)\n",
     "an import hook that hands pytest an empty test module": (
         "import sys, types, importlib.abc, importlib.util\n" + WRONG +
         "class Empty(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"
@@ -175,14 +246,7 @@ def test_a_wrong_candidate_never_passes_a_script_check(trick):
     assert not signal.ok, (trick, signal)
 
 
-SHARED_INTERPRETER = {
-    "the tests read, and answered from": "the tests import the candidate, so they are in its sandbox to read",
-}
-"""What a pytest check, which runs the tests in the candidate's interpreter, does not stop (docs/checks.md):
-the script check does, and the suite runs these against it above."""
-
-
-@pytest.mark.parametrize("trick", sorted(set(TRICKS) - set(SHARED_INTERPRETER)))
+@pytest.mark.parametrize("trick", sorted(TRICKS))
 def test_a_wrong_candidate_never_passes_a_pytest_check(trick, tmp_path):
     tests = tmp_path / "test_solution.py"
     tests.write_text(TEST_FILE)
@@ -191,15 +255,62 @@ def test_a_wrong_candidate_never_passes_a_pytest_check(trick, tmp_path):
 
 
 def test_the_suite_is_the_size_the_reliability_issue_asks_for():
-    assert len(TRICKS) >= 40 and len(set(TRICKS) - set(SHARED_INTERPRETER)) >= 40
+    assert len(TRICKS) >= 60 and len(NESTED) >= 4
 
 
-@pytest.mark.parametrize("trick", sorted(SHARED_INTERPRETER))
-def test_what_a_pytest_check_does_not_stop_is_what_the_docs_say(trick, tmp_path):
-    """Pinned, so the docs change with it: these pass a pytest check today."""
+WRONG_PAIRS = "def pairs(a, b):\n    return [a - b, a * b]\n"
+PAIR_CODE = "assert pairs(2, 3) == [5, 6]\nassert pairs(1, 1) == [2, 1]\n"
+PAIR_FILE = "from solution import pairs\n\n\ndef test_pairs():\n    assert pairs(2, 3) == [5, 6]\n"
+NESTED = {
+    "always-equal objects inside a list": EQUALS_ALL + "def pairs(a, b):\n    return [Yes(), Yes()]\n",
+    "always-equal objects inside a tuple, compared with a list": (
+        EQUALS_ALL + "class L(list):\n    pass\ndef pairs(a, b):\n    return L((Yes(), Yes()))\n"),
+    "an always-equal object inside a dict inside a list": (
+        EQUALS_ALL + "def pairs(a, b):\n    return [Yes(), {'k': Yes()}][:1] + [Yes()]\n"),
+    "a list of int subclasses equal to everything": (
+        "class N(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+        "def pairs(a, b):\n    return [N(0), N(0)]\n"),
+    "a list whose elements are bound-method results": (
+        EQUALS_ALL + "class C:\n    def one(self):\n        return Yes()\n"
+        "def pairs(a, b):\n    return [C().one(), C().one()]\n"),
+}
+"""Lying values that are not the top-level result: the tests compare containers."""
+
+
+@pytest.mark.parametrize("trick", sorted(NESTED))
+def test_a_lying_value_inside_a_container_passes_neither_check(trick, tmp_path):
     tests = tmp_path / "test_solution.py"
-    tests.write_text(TEST_FILE)
-    assert PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext()).ok
+    tests.write_text(PAIR_FILE)
+    assert not PythonScriptCheck(PAIR_CODE, sandbox=SANDBOX).run(NESTED[trick], CheckContext()).ok
+    assert not PytestCheck(tests, sandbox=SANDBOX).run(NESTED[trick], CheckContext()).ok
+    right = "def pairs(a, b):\n    return [a + b, a * b]\n"
+    assert PytestCheck(tests, sandbox=SANDBOX).run(right, CheckContext()).ok
+
+
+CLI_TRICKS = ["the test file rewritten at import, before the tests are hashed",
+              "an always-equal object from a callable instance",
+              "the harness's finish reached by walking sys._getframe up the stack",
+              "the test module's test functions replaced from a thread before collection",
+              "a conftest.py written beside the tests, turning failures into passes", "an object equal to everything"]
+
+
+@pytest.mark.parametrize("kind", ["--tests", "--test-code"])
+@pytest.mark.parametrize("trick", CLI_TRICKS)
+def test_no_trick_passes_through_the_cli_either(trick, kind, tmp_path):
+    """`reflexa refine` with the hostile candidate as the model's every reply: exit 3, never 0."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "test_solution.py").write_text(TEST_FILE)
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps({"replies": [f"```python\n{TRICKS[trick]}```"] * 4}))
+    check = ["--tests", "test_solution.py"] if kind == "--tests" else ["--test-code", TEST_CODE]
+    done = subprocess.run([sys.executable, "-m", "reflexa.cli", "refine", "Write add(a, b).", *check, "-m",
+                           f"scripted:{replies}", "--max-attempts", "2", "--no-reflect", "--timeout", "6", "-q",
+                           "--trace", str(tmp_path / "t.db")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 3, (trick, done.stdout, done.stderr)
 
 
 def test_an_honest_candidate_with_classes_of_its_own_passes_a_pytest_check(tmp_path):
@@ -225,11 +336,21 @@ def test_a_script_check_s_candidate_cannot_read_the_tests():
                                    "the nonce read from the harness's memory",
                                    "ctypes reading the interpreter's memory",
                                    "a trace function that rewrites locals", "a forged report on every descriptor"])
-def test_reaching_into_the_pytest_harness_is_tampering(trick, tmp_path):
+def test_reaching_for_the_pytest_harness_finds_nothing_and_the_wrong_code_fails(trick, tmp_path):
+    """The harness is in another process: what the candidate reaches for in its own is not there, and its
+    wrong `add` fails the tests as it is (or, writing garbage on the wire, it ends itself)."""
     tests = tmp_path / "test_solution.py"
     tests.write_text(TEST_FILE)
     signal = PytestCheck(tests, sandbox=SANDBOX).run(TRICKS[trick], CheckContext())
-    assert not signal.ok and signal.code in (ErrorCode.TAMPERED, ErrorCode.NO_TEST_REPORT), (trick, signal)
+    failed = signal.code is ErrorCode.TEST_FAILED and "-1 = add(2, 3)" in signal.message
+    assert not signal.ok and (failed or signal.code is ErrorCode.NO_TEST_REPORT), (trick, signal)
+
+
+def test_a_pytest_check_s_candidate_cannot_read_the_tests(tmp_path):
+    tests = tmp_path / "test_solution.py"
+    tests.write_text(TEST_FILE)
+    signal = PytestCheck(tests, sandbox=SANDBOX).run(TRICKS["the tests read, and answered from"], CheckContext())
+    assert not signal.ok and signal.code is ErrorCode.TEST_FAILED
 
 
 def test_a_right_candidate_still_passes_both_and_may_use_numpy_logging_and_tracebacks(tmp_path):

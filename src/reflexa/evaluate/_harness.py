@@ -1,23 +1,23 @@
 """The harness PytestCheck and PythonScriptCheck run in the sandbox, as `python -I -c <_wire.py + this>`.
 
-    python -I -c HARNESS pytest TEST_FILE MODULE     the tests and the candidate in this one interpreter
-    python -I -c HARNESS judge TESTS_FILE            the tests here, the candidate in its own process
+    python -I -c HARNESS pytest TEST_FILE MODULE     a pytest file here, the candidate in its own process
+    python -I -c HARNESS judge TESTS_FILE            test code here, the candidate in its own process
 
 Either way it reports the outcome as one JSON line on the sandbox's report channel (a Unix socket, see
 sandbox.py), stamped with a nonce read, and its pipe closed, before anything else runs; this process is
 made undumpable, so no other process reads its memory.
 
-`judge`: the candidate runs in a process of its own (_serve.py) and the tests call it across the wire
+Either way the candidate runs in a process of its own (_serve.py) and the tests call it across the wire
 ($REFLEXA_WIRE_FD): its functions and classes are bound here as handles, every call runs there, and every
 value comes back as plain data, so every comparison the tests make is made here, out of the candidate's
-reach, and the candidate never sees the test code.
+reach, and the candidate never sees the test code. No code of the candidate's runs in this process: it
+cannot rewrite the test file, patch pytest, walk up to this harness's frames or hand the tests an object
+that says it equals anything.
 
-`pytest`: the tests import the candidate, so both share this interpreter. Everything the report depends on
-is bound before the candidate runs (the function that sends the report is a closure, so patching this
-module's globals through `import __main__`, or builtins, changes nothing it uses); an audit hook reports
-tampering the moment candidate code reaches for what only a forger needs (see `_guard`); it records which
-test functions really returned, checks that pytest's core functions are the ones it started with and that
-the test file is unchanged. What it cannot stop is listed in docs/checks.md.
+`judge` runs test code (asserts) with the candidate's names bound as its globals. `pytest` runs a pytest
+file with the candidate's module in sys.modules as a module of those handles, so `from solution import f`
+binds a handle; it records which test functions really returned and reports the hash of the test file it
+ran, which the parent compares with the file it wrote.
 
 Standalone on purpose: it must not import reflexa (the sandboxed interpreter may see another copy).
 """
@@ -33,7 +33,6 @@ import builtins
 import hashlib
 import json
 import os
-import re
 import reprlib
 import sys
 import traceback
@@ -79,7 +78,6 @@ def _finisher(mode: str) -> Finish:
         send(data)
         leave(code)
 
-    finish.tampered = lambda what: send({"tamper": what})  # type: ignore[attr-defined]
     return finish
 
 
@@ -89,35 +87,6 @@ def _short(text: object) -> str:
 
 
 # --- pytest ---------------------------------------------------------------------------------------------
-
-_WATCHED = (
-    ("_pytest.python", "Function.runtest"), ("_pytest.python", "pytest_pyfunc_call"),
-    ("_pytest.runner", "runtestprotocol"), ("_pytest.runner", "call_and_report"),
-    ("_pytest.runner", "call_runtest_hook"), ("_pytest.runner", "pytest_runtest_call"),
-    ("_pytest.runner", "CallInfo.from_call"), ("_pytest.reports", "TestReport.from_item_and_call"),
-    ("_pytest.reports", "BaseReport.passed"), ("_pytest.reports", "BaseReport.failed"),
-    ("_pytest.main", "pytest_runtestloop"), ("_pytest.main", "Session.perform_collect"),
-    ("pluggy._callers", "_multicall"), ("pluggy._hooks", "HookCaller.__call__"),
-)
-"""pytest and pluggy internals whose replacement would let tests pass without running them."""
-
-
-def _watched() -> list[tuple[str, Any, str, Any]]:
-    """(label, owner, name, object) for each watched internal this pytest version has."""
-    import importlib
-
-    found = []
-    for module_name, dotted in _WATCHED:
-        try:
-            owner = importlib.import_module(module_name)
-            *path, name = dotted.split(".")
-            for part in path:
-                owner = getattr(owner, part)
-            found.append((f"{module_name}.{dotted}", owner, name, owner.__dict__.get(name)))
-        except Exception:
-            continue  # another pytest or pluggy version: watch what exists
-    return found
-
 
 def _recorder(pytest: Any) -> Any:
     """A pytest plugin that counts what really happened."""
@@ -187,151 +156,52 @@ def _sha256(path: str) -> str | None:
         return None
 
 
-_SUSPECT_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
-                             "sys.settrace", "sys.setprofile", "os.fork", "os.forkpty"})
-"""Audit events that code under test has no honest use for in a test run: walking the interpreter's objects
-or frames to reach the harness, tracing it, forking a copy of it."""
-_CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
-_PROC_FD = re.compile(r"^/(?:proc/[^/]+/(?:fd|fdinfo|mem|environ|task)|dev/fd)(?:/|$)")
-
-
-def _guarded_code(tests: str) -> Callable[[Any], bool]:
-    """Whether a function's code is one a forger would rewrite: a function of the test file, of pytest,
-    pluggy or unittest (which the tests' assertions run through), or of this harness. Told by where its
-    current code was compiled and by the globals it closes over, neither of which can change without
-    replacing the code itself. Other code is the candidate's business (namedtuple sets the defaults of the
-    __new__ it generates, for one)."""
-    import importlib.util
-
-    folders = []
-    for package in ("_pytest", "pytest", "pluggy", "unittest"):
-        spec = importlib.util.find_spec(package)
-        folders += [os.path.join(folder, "") for folder in (spec.submodule_search_locations or [])] if spec else []
-    prefixes, harness = tuple(folders), globals()
-
-    def guarded(target: Any) -> bool:
-        try:
-            filename = target.__code__.co_filename
-            return filename == tests or filename.startswith(prefixes) or target.__globals__ is harness
-        except Exception:
-            return False
-
-    return guarded
-
-
-def _guard(finish: Finish, test_file: str) -> None:
-    """An audit hook (it cannot be removed) that reports tampering the moment code under test replaces the
-    code of a test, pytest or harness function (`_guarded_code`), walks the garbage collector, traces
-    frames, forks, reads or calls through ctypes (loading a library, as importing numpy does, is no
-    tampering), or opens a process's descriptors or memory through /proc: it writes a line on the report
-    channel at once, so the report cannot come out clean whatever the code does next. Code under test is
-    any frame of a file in the scratch directory other than the test file."""
-    scratch, tests = os.getcwd() + os.sep, os.path.abspath(test_file)
-    busy, tampered, getframe = [False], finish.tampered, sys._getframe  # type: ignore[attr-defined]
-    guarded = _guarded_code(tests)
-
-    def by_candidate() -> bool:
-        frame: Any = getframe(2)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if name.startswith(scratch) and name != tests:
-                return True
-            frame = frame.f_back
-        return False
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if busy[0]:
-            return
-        suspect = (event in _SUSPECT_EVENTS or (event.startswith("ctypes.") and event != "ctypes.dlopen")
-                   or (event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS
-                       and guarded(args[0]))
-                   or (event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str)
-                       and bool(_PROC_FD.match(args[0]))))
-        if not suspect:
-            return
-        busy[0] = True
-        try:
-            if by_candidate():
-                tampered(f"the code under test used {event}" + (f" on {args[1]}" if event.startswith("object.")
-                                                                 else ""))
-        finally:
-            busy[0] = False
-
-    sys.addaudithook(hook)
-
-
-def _shield(module_name: str, tampered: Callable[[str], None]) -> None:
-    """Import the candidate's module before the tests do, and wrap each function it defines so that a value
-    of a subclass of a plain type (an int that says it equals everything, a Counter) reaches the tests as the
-    plain value it holds (_wire.encode's rule). An object of a class of the candidate's own still reaches them
-    as it is, and decides its own ==, as the tests wrote it to; one that says it equals a bare object() it has
-    never seen equals anything, and is reported as tampering (a script check lets no such object cross). A
-    module that fails to import is left for pytest to report."""
-    import functools
-    import importlib
+def run_pytest(finish: Finish, test_file: str, module_name: str = "solution") -> NoReturn:
+    """Run a pytest file with the candidate's module standing in sys.modules: its names bound as values and
+    handles to the candidate's process (the wire), every call answered there, every comparison made here."""
     import types
 
-    sys.path.insert(0, os.getcwd())
+    wire = Wire(int(os.environ.pop("REFLEXA_WIRE_FD")))
+    os.set_inheritable(wire.fd, False)
+    before = _sha256(test_file)  # the bytes pytest will compile: the parent compares them with what it wrote
     try:
-        module = importlib.import_module(module_name)
-    except BaseException:
-        return
-    finally:
-        sys.path.pop(0)
-    for name, value in list(vars(module).items()):
-        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            setattr(module, name, functools.wraps(value)(_plain_results(value, tampered)))
-
-
-def _plain_results(function: Any, tampered: Callable[[str], None]) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        value = function(*args, **kwargs)
-        try:
-            return decode(encode(value))
-        except Exception:  # no plain data: the object as it is
-            pass
-        try:
-            anything = bool(value == object())
-        except Exception:
-            anything = False
-        if anything:
-            tampered(f"{function.__name__} returned a {type(value).__name__} that equals anything")
-        return value
-
-    return call
-
-
-def run_pytest(finish: Finish, test_file: str, module_name: str = "solution") -> NoReturn:
-    _guard(finish, test_file)
-    _shield(module_name, finish.tampered)  # type: ignore[attr-defined]
+        first = receive(wire.fd)
+    except WireError as exc:  # the candidate's process ended before it said what it defines (os._exit)
+        finish({"finished": False, "stage": "candidate", "ran": True, "error": "CandidateExit",
+                "message": _short(exc), "where": "", "test_sha256": before}, 1)
+    if (failed := _opening(first)) is not None:
+        finish({**failed, "test_sha256": before}, 1)
+    module = types.ModuleType(module_name)
+    try:
+        for name, value in first["names"].items():
+            setattr(module, str(name), decode(value, wire.remote))
+    except Exception as exc:
+        finish({"finished": False, "stage": "candidate", "ran": True, "error": "WireError", "where": "",
+                "message": _short(f"the candidate's process answered no plain data: {exc}"),
+                "test_sha256": before}, 1)
+    sys.modules[module_name] = module
     import pytest
 
-    # Bound before the tests run: what checks their outcome must not be rebindable by the code under test.
-    sha, short, length, ordered = _sha256, _short, len, sorted
-    before = sha(test_file)
-    watched = _watched()
     recorder = _recorder(pytest)
     args = ["-q", "--no-header", "-p", "no:cacheprovider", "--tb=short", "-rfE", test_file]
     try:
         exit_code = int(pytest.main(args, plugins=[recorder]))
     except BaseException as exc:  # SystemExit or KeyboardInterrupt out of pytest itself
-        finish({"finished": False, "reason": short(f"{type(exc).__name__}: {exc}")}, 1)
+        finish({"finished": False, "reason": _short(f"{type(exc).__name__}: {exc}"), "test_sha256": before}, 1)
     tampered = []
-    if sha(test_file) != before:
+    if _sha256(test_file) != before:
         tampered.append(f"the test file {test_file} was changed during the run")
-    tampered += [f"pytest internals replaced: {label}"
-                 for label, owner, name, obj in watched if owner.__dict__.get(name) is not obj]
-    unseen = ordered(recorder.passed - recorder.called_ok)
-    if unseen:
-        tampered.append(f"{length(unseen)} test(s) reported passing although their function never returned: "
+    if unseen := sorted(recorder.passed - recorder.called_ok):
+        tampered.append(f"{len(unseen)} test(s) reported passing although their function never returned: "
                         + ", ".join(unseen[:3]))
     passed = recorder.passed & recorder.called_ok
     data = {
-        "finished": True, "exit_code": exit_code, "collected": length(recorder.collected),
-        "ids": recorder.collected[:500], "passed": length(passed), "failed": length(recorder.failed),
-        "errors": length(recorder.errors), "collect_errors": recorder.collect_errors,
-        "skipped": length(recorder.skipped), "skipped_at_run": length(recorder.skipped_at_run),
+        "finished": True, "exit_code": exit_code, "collected": len(recorder.collected),
+        "ids": recorder.collected[:500], "passed": len(passed), "failed": len(recorder.failed),
+        "errors": len(recorder.errors), "collect_errors": recorder.collect_errors,
+        "skipped": len(recorder.skipped), "skipped_at_run": len(recorder.skipped_at_run),
         "failures": recorder.failures[:10], "tampered": tampered, "internal_error": recorder.internal_error,
+        "test_sha256": before,
     }
     finish(data, exit_code or 0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import inspect
 import os
@@ -179,10 +180,11 @@ def signal_from_exec(source: str, result: ExecResult, limits: Limits) -> Signal:
 
 
 def signal_from_report(source: str, result: ExecResult, limits: Limits, *,
-                       expected_tests: frozenset[str] | None = None) -> Signal:
+                       expected_tests: frozenset[str] | None = None, output: str | None = None) -> Signal:
     """Map a harness run (PytestCheck, PythonScriptCheck) to a signal. Only the harness's nonce-stamped
-    report can say "passed"; the exit status and the output text never do. Secrets are redacted."""
-    output = (result.stdout + "\n" + result.stderr).strip()
+    report can say "passed"; the exit status and the output text never do. Secrets are redacted. `output`:
+    what the evidence is read from (default: the run's own)."""
+    output = (result.stdout + "\n" + result.stderr).strip() if output is None else output
     signal = _limit_signal(source, result, limits, output)
     if signal is None and result.report is None:
         signal = _crash_limit(source, result, output) or _no_report(source, result, output)
@@ -204,6 +206,8 @@ def _no_report(source: str, result: ExecResult, output: str) -> Signal:
 
 def _pytest_signal(source: str, report: dict[str, Any], output: str, expected: frozenset[str] | None) -> Signal:
     evidence = _tail(output)
+    if not report.get("finished") and report.get("stage") == "candidate":  # its module failed before the tests
+        return _script_signal(source, report, output)
     if not report.get("finished"):
         return Signal(source, False, ErrorCode.NO_TEST_REPORT,
                       cap(f"pytest did not finish: {report.get('reason', 'unknown')}", 300), evidence, score=0.0)
@@ -315,11 +319,17 @@ def _is_test(node: ast.stmt) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef
 
 
 class PytestCheck:
-    """Runs a pytest file against the candidate, written as `<module>.py`, inside the sandbox.
+    """Runs a pytest file against the candidate, in two processes of the sandbox: the candidate's module
+    (`<module>.py`) in one (_serve.py), the tests in the other (_harness.py), where the module they import is
+    the candidate's names as handles: every call crosses the wire and every value comes back as plain data,
+    compared where the tests run. Nothing the candidate does in its own process reaches the tests, pytest, the
+    test file or the report.
 
-    It passes only on the harness's report (see _harness.py): every collected test passed, at least one
-    was collected, none failed or errored, every test defined in the file was collected, the test file
-    is unchanged and pytest's internals are the ones it started with."""
+    It passes only on the harness's report: every collected test passed, at least one was collected, none
+    failed or errored, every test defined in the file was collected, and the file the tests ran from is the
+    one written here (its hash). A test that needs the candidate's objects in its own interpreter (isinstance
+    of a candidate class, monkeypatching its module, passing it a function of the test's) cannot run so:
+    docs/checks.md says what to choose then."""
 
     subjective = False
 
@@ -339,10 +349,33 @@ class PytestCheck:
                               hint="pytest collects test_* functions and the test_* methods of Test* classes")
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        argv = [sys.executable, "-I", "-c", _source("_harness.py"), "pytest", self.tests.name, self.module]
-        files = {f"{self.module}.py": candidate, self.tests.name: self.test_source}
-        result = self.sandbox.run(argv, files=files, report=True)
-        return signal_from_report(self.name, result, self.sandbox.limits, expected_tests=self._expected)
+        judged, server = _judged(self.sandbox, candidate, f"{self.module}.py",
+                                 ["pytest", self.tests.name, self.module], {self.tests.name: self.test_source})
+        output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
+        limits = self.sandbox.limits
+        signal = _limit_signal(self.name, server, limits, output) or _limit_signal(self.name, judged, limits, output)
+        if signal is not None:
+            return _redacted(signal)
+        written = hashlib.sha256(self.test_source.encode("utf-8", "replace")).hexdigest()
+        if judged.report is not None and judged.report.get("test_sha256") not in (None, written):
+            return _redacted(Signal(self.name, False, ErrorCode.TAMPERED, "the tests ran from another file than the "
+                                    "one written", _tail(output), score=0.0))
+        return signal_from_report(self.name, judged, limits, expected_tests=self._expected, output=output)
+
+
+def _judged(sandbox: Sandbox, candidate: str, candidate_file: str, judge_args: list[str],
+            judge_files: dict[str, str]) -> tuple[ExecResult, ExecResult]:
+    """(the judge's run, the candidate's run): the candidate served from its own scratch directory by _serve.py,
+    the tests run by _harness.py in another, joined by a socket pair (the wire)."""
+    judge_end, candidate_end = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    limits = sandbox.limits
+    with ThreadPoolExecutor(1, thread_name_prefix="reflexa-candidate") as pool:
+        served = pool.submit(sandbox.run, [sys.executable, "-I", "-c", _source("_serve.py"), candidate_file],
+                             files={candidate_file: candidate}, wires={WIRE_ENV: candidate_end})
+        judged = sandbox.run([sys.executable, "-I", "-c", _source("_harness.py"), *judge_args], files=judge_files,
+                             wires={WIRE_ENV: judge_end}, report=True,
+                             limits=dataclasses.replace(limits, timeout=limits.timeout + JUDGE_GRACE))
+        return judged, served.result()
 
 
 JUDGE_GRACE = 5.0
@@ -366,15 +399,9 @@ class PythonScriptCheck:
         self.sandbox = sandbox or Sandbox()
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        judge_end, candidate_end = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+        judged, server = _judged(self.sandbox, candidate, "candidate.py", ["judge", "tests.py"],
+                                 {"tests.py": self.test_code})
         limits = self.sandbox.limits
-        with ThreadPoolExecutor(1, thread_name_prefix="reflexa-candidate") as pool:
-            served = pool.submit(self.sandbox.run, [sys.executable, "-I", "-c", _source("_serve.py"), "candidate.py"],
-                                 files={"candidate.py": candidate}, wires={WIRE_ENV: candidate_end})
-            judged = self.sandbox.run([sys.executable, "-I", "-c", _source("_harness.py"), "judge", "tests.py"],
-                                      files={"tests.py": self.test_code}, wires={WIRE_ENV: judge_end}, report=True,
-                                      limits=dataclasses.replace(limits, timeout=limits.timeout + JUDGE_GRACE))
-            server = served.result()
         output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
         signal = _limit_signal(self.name, server, limits, output) or _limit_signal(self.name, judged, limits, output)
         if signal is None and judged.report is None:
