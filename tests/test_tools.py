@@ -445,3 +445,52 @@ def test_the_shop_generator_never_replaces_a_file_that_is_not_its_database(tmp_p
     for _ in range(2):  # its own database is replaced, the second time too
         made = subprocess.run([*script, str(tmp_path / "shop.sqlite")], capture_output=True, text=True)
         assert made.returncode == 0, made.stderr
+
+
+@pytest.mark.parametrize("raised,said", [(SystemExit(0), "the tool raised SystemExit: 0"),
+                                         (GeneratorExit(), "the tool raised GeneratorExit"),
+                                         (BaseException("bare"), "the tool raised BaseException: bare"),
+                                         (KeyboardInterrupt(), "the tool raised KeyboardInterrupt")])
+def test_whatever_a_tool_raises_is_a_failure_of_that_tool_not_an_exit(raised, said):
+    """A tool's SystemExit(0) once ended the CLI with status 0 on an ERROR run; GeneratorExit and a bare
+    BaseException printed a traceback and left the run running."""
+    @tool
+    def lookup() -> str:
+        """Look it up."""
+        raise raised
+
+    observation = ToolSession(ToolRegistry([lookup])).call("lookup", {})
+    assert not observation.ok and observation.code is ErrorCode.TOOL_ERROR and observation.message == said
+
+
+def test_an_exception_whose_str_raises_is_named_by_its_type():
+    class Broken(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    @tool
+    def lookup() -> str:
+        """Look it up."""
+        raise Broken
+
+    assert ToolSession(ToolRegistry([lookup])).call("lookup", {}).message == "Broken"
+
+
+def test_a_tool_that_raises_system_exit_leaves_the_cli_s_exit_code_the_run_s(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "exits.py").write_text('from reflexa import tool\n\n\n@tool\ndef leave() -> str:\n'
+                                       '    """Leave."""\n    raise SystemExit(0)\n')
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps({"replies": [{"action": {"thought": "t", "tool": "leave", "args": {}}},
+                                               {"action": {"thought": "u", "tool": "final_answer",
+                                                           "args": {"answer": "x"}}}]}))
+    done = subprocess.run([sys.executable, "-m", "reflexa.cli", "react", "q", "--tools", "exits.py", "-m",
+                           f"scripted:{replies}", "--validate", "test \"$REFLEXA_ANSWER\" = y", "--max-steps", "2",
+                           "--no-reflect", "--json", "--trace", str(tmp_path / "t.db")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    result = json.loads(done.stdout)
+    assert done.returncode == 3 and result["stop_reason"] == "MAX_ITERATIONS", done.stderr
+    assert "Traceback" not in done.stderr

@@ -196,6 +196,18 @@ def valid_text(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+_CONTROLS = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|.?)"
+                       r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+"""Terminal control: escape sequences (CSI, OSC, DCS and the rest) and every other C0 or C1 control character
+but tab, newline and carriage return."""
+
+
+def strip_controls(text: str) -> str:
+    """`text` without terminal control sequences: a tool's output or a model's reply that clears the screen or
+    sets the window title does nothing when a terminal shows it."""
+    return _CONTROLS.sub("", text)
+
+
 _DELIMITER_RUN = re.compile(r"<{3,}|>{3,}")
 
 

@@ -11,9 +11,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, ReflexaError
+from ..types import strip_controls
 
-console = Console()
-errors = Console(stderr=True)
+
+class SafeConsole(Console):
+    """A console that strips terminal control sequences from the text it prints: a tool's output, a model's
+    reply or a task may carry them (clear the screen, set the window title), and none reaches the terminal."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*(strip_controls(o) if isinstance(o, str) else o for o in objects), **options)
+
+    def rule(self, title: Any = "", **options: Any) -> None:
+        super().rule(strip_controls(title) if isinstance(title, str) else title, **options)
+
+
+console = SafeConsole()
+errors = SafeConsole(stderr=True)
 
 EXIT_CODES = {"PASSED": 0, "ERROR": 1, "ANSWERED_UNVERIFIED": 4, "AWAITING_APPROVAL": 5, "INTERRUPTED": 130}
 """How a run's stop reason maps to the exit status; every other reason (a run stopped without passing) is 3.

@@ -298,9 +298,45 @@ def _args_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
     return model
 
 
+def _dangling_ref(node: Any, root: dict[str, Any]) -> str | None:
+    """The first `$ref` in a schema that does not name a part of that same schema (`#/$defs/Item`), else None: a
+    reference to anything else cannot be resolved offline, and would fail every call."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if ref is not None and (not isinstance(ref, str) or _pointed(root, ref) is None):
+            return str(ref)
+        return next((found for value in node.values() if (found := _dangling_ref(value, root)) is not None), None)
+    if isinstance(node, list):
+        return next((found for value in node if (found := _dangling_ref(value, root)) is not None), None)
+    return None
+
+
+def _pointed(root: dict[str, Any], ref: str) -> Any:
+    """The part of `root` a local JSON pointer (`#/$defs/Item`) names, or None."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
 def _field_name(key: str) -> bool:
     """Whether pydantic can take an argument's name as a field (not `model_dump`, `schema_` or `_private`)."""
     return key.isidentifier() and not key.startswith(("_", "model_")) and not hasattr(_Args, key)
+
+
+ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+"""An argument name the prompt may show: an identifier. A server's name is its text in the prompt outside the
+data fences (`lookup(key: string)`), so one that could carry words (a newline, a colon) is refused."""
 
 
 def _schema_problem(schema: dict[str, Any]) -> str | None:
@@ -308,6 +344,10 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
 
     if schema.get("type", "object") != "object":
         return "its arguments are not an object"
+    if bad := [key for key in schema.get("properties", {}) if not ARG_NAME.match(str(key))]:
+        return f"an argument name is no identifier ({cap(repr(str(bad[0])), 40)})"
+    if (ref := _dangling_ref(schema, schema)) is not None:
+        return f"its schema refers to {cap(repr(ref), 60)}, which it does not define"
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:

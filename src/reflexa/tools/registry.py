@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..errors import ConfigError
-from ..types import TAIL_SHARE, Control, ErrorCode, cap, fence_untrusted, valid_text
+from ..types import TAIL_SHARE, Control, ErrorCode, cap, fence_untrusted, strip_controls, valid_text
 from . import approval
 from .approval import ApprovalRequest, Approver, AwaitingApproval
 from .transient import is_transient, retry_after
@@ -158,7 +158,7 @@ def _said(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # noqa: BLE001 - a tool's exception whose __str__ is broken
         text = ""
-    if isinstance(exc, ToolError):
+    if isinstance(exc, ToolError | Escaped):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -177,6 +177,15 @@ JOIN_SLICE = 0.1
 
 class Abandoned(TimeoutError):
     """A tool call given up on at its timeout: its thread may still be running, and may still act."""
+
+
+class Escaped(Exception):  # noqa: N818 - named for what the tool's exception did
+    """A tool raised what is no Exception (SystemExit, GeneratorExit, KeyboardInterrupt, a bare BaseException):
+    a failure of that tool like any other, never a way to end the run or the process."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(f"the tool raised {_said(raised)}")
+        self.raised = raised
 
 
 def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
@@ -198,7 +207,8 @@ def _run_with_timeout(fn: Callable[[], Any], timeout: float) -> Any:
     if thread.is_alive():
         raise Abandoned(f"no answer within {timeout:g}s")
     if "error" in box:
-        raise box["error"]
+        error = box["error"]
+        raise error if isinstance(error, Exception) else Escaped(error)
     return box.get("value")
 
 
@@ -380,7 +390,7 @@ class ToolSession:
             value = _run_with_timeout(call, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an observation; KeyboardInterrupt still stops
             suggestion = exc.suggestion if isinstance(exc, ToolError) else None
-            message = cap(valid_text(_said(exc)) or type(exc).__name__, 400)
+            message = cap(strip_controls(valid_text(_said(exc))) or type(exc).__name__, 400)
             if t.side_effect and isinstance(exc, Abandoned):
                 # Its effect is unknown and may yet happen: repeating the call could do it twice.
                 return Observation(t.name, args, False, code=ErrorCode.TIMEOUT, fatal=True,
@@ -390,7 +400,7 @@ class ToolSession:
             return Observation(t.name, args, False, code=_code_for(exc), message=message,
                                suggestion=suggestion, fatal=getattr(exc, "fatal", False),
                                transient=is_transient(exc, said), retry_after=retry_after(exc, said))
-        text = valid_text(_render(value))  # a tool's output is stored and printed: it must encode
+        text = strip_controls(valid_text(_render(value)))  # stored, printed and shown to a model: plain text
         if not text.strip() and not t.empty_ok:
             return Observation(t.name, args, False, code=ErrorCode.EMPTY, message=f"{t.name} returned nothing")
         if len(text) <= t.max_chars:
