@@ -13,6 +13,7 @@ from reflexa.tools.approval import decide, defer, waiting
 
 WORDS = iter(f"thought {n}" for n in range(10_000))
 runner = CliRunner()
+LESSON = {"failure_step": "1", "observed_mismatch": "denied", "root_cause": "policy", "correction": "do not pay"}
 
 
 def act(tool_name, **args):
@@ -54,16 +55,48 @@ def test_defer_stops_before_the_effect_and_an_approval_runs_it_once_on_resume(tm
         model=ScriptedModel([act("final_answer", answer="paid")]), store=store, approver=defer), resume=first.run_id)
     assert done.stop_reason is StopReason.ANSWERED_UNVERIFIED and effects == [7]
     assert waiting(store, first.run_id) == []
+    with pytest.raises(ConfigError, match="approved and the run has carried that out"):
+        decide(store, call, Decision.deny("too late"), change=True)
+
+
+def test_a_second_decision_is_refused_and_a_change_corrects_until_the_run_resumes(tmp_path):
+    effects: list[int] = []
+    store = SQLiteStore(tmp_path / "t.db")
+    first = react("Pay order 7", make_tools(effects), session=Session(
+        model=ScriptedModel([act("pay", order_id=7)]), store=store, approver=defer))
+    [call] = waiting(store, first.run_id)
+    decide(store, call, Decision.approve())
     with pytest.raises(ConfigError, match="approved already"):
-        decide(store, call, Decision.deny("too late"))
+        decide(store, call, Decision.deny("no"))
+    assert waiting(store, first.run_id, decided=True)[0].status == "approved"
+    corrected = decide(store, call, Decision.deny("over the limit"), change=True)
+    assert corrected.status == "denied" and corrected.reason == "over the limit"
+    done = react("Pay order 7", make_tools(effects), session=Session(
+        model=ScriptedModel(generator=[act("final_answer", answer="not paid")], default=LESSON), store=store,
+        approver=defer), resume=first.run_id)
+    assert effects == [] and done.stop_reason is StopReason.ANSWERED_UNVERIFIED
+    assert waiting(store, first.run_id, decided=True) == []  # taken by the run: no longer correctable
+    with pytest.raises(ConfigError, match="carried that out"):
+        decide(store, call, Decision.approve(), change=True)
+
+
+def test_edited_arguments_that_do_not_fit_the_schema_are_refused_before_anything_is_written(tmp_path):
+    store = SQLiteStore(tmp_path / "t.db")
+    first = react("Pay order 7", make_tools([]), session=Session(
+        model=ScriptedModel([act("pay", order_id=7)]), store=store, approver=defer))
+    [call] = waiting(store, first.run_id)
+    assert call.schema["properties"]["order_id"]["type"] == "integer"
+    for bad, why in (({"order_id": "seven"}, "order_id: 'seven' is not of type 'integer'"),
+                     ({}, "'order_id' is a required property")):
+        with pytest.raises(ConfigError, match=why):
+            decide(store, call, Decision.approve(bad))
+    assert waiting(store, first.run_id)[0].status == "pending"
 
 
 def test_a_denial_reaches_the_next_step_and_blocks_the_tool_for_the_run(tmp_path):
     effects: list[int] = []
     model = ScriptedModel(generator=[act("pay", order_id=3), act("pay", order_id=4),
-                                     act("final_answer", answer="not paid: a human refused")],
-                          default={"failure_step": "1", "observed_mismatch": "denied", "root_cause": "policy",
-                                   "correction": "do not pay"})
+                                     act("final_answer", answer="not paid: a human refused")], default=LESSON)
     result = react("Pay order 3", make_tools(effects), session=Session(
         model=model, approver=lambda request: Decision.deny("orders over 100 EUR need a manager")))
     assert effects == []
@@ -127,14 +160,45 @@ def test_cli_defer_then_approve_then_resume(tmp_path, monkeypatch):
     assert denied_first.exit_code == 2 and "exclude" in denied_first.output
     approved = runner.invoke(app, ["approve", run_id[:8], "--trace", trace])
     assert approved.exit_code == 0 and "approved: pay" in approved.output and "reflexa resume" in approved.output
-    again = runner.invoke(app, ["approve", run_id[:8], "--trace", trace])
-    assert again.exit_code == 2 and "no call waiting" in again.output
+    again = runner.invoke(app, ["approve", run_id[:8], "--deny", "no", "--trace", trace])
+    assert again.exit_code == 2 and "approved already" in again.output and "--change" in again.output
+    badly = runner.invoke(app, ["approve", run_id[:8], "--change", "--args", '{"order_id": "five"}',
+                                "--trace", trace])
+    assert badly.exit_code == 2
+    assert "do not fit pay: order_id: 'five' is not of type 'integer'" in " ".join(badly.output.split())
+    changed = runner.invoke(app, ["approve", run_id[:8], "--change", "--args", '{"order_id": 6}', "--trace", trace])
+    assert changed.exit_code == 0 and 'approved: pay({"order_id": 6})' in changed.output, changed.output
 
     second = tmp_path / "second.json"
     second.write_text(json.dumps([act("final_answer", answer="paid")]))
     resumed = runner.invoke(app, ["resume", run_id[:8], "--model", f"scripted:{second}", "--trace", trace])
     assert resumed.exit_code == 4, resumed.output
-    assert (tmp_path / "effects.log").read_text() == "5\n"
+    assert (tmp_path / "effects.log").read_text() == "6\n"
+    late = runner.invoke(app, ["approve", run_id[:8], "--change", "--deny", "late", "--trace", trace])
+    assert late.exit_code == 2 and "no call waiting" in late.output  # the run is over: nothing to decide
+
+
+def test_cli_racing_decisions_one_wins_and_the_other_is_refused(tmp_path):
+    """Two people decide on the same call at once (separate processes): exactly one decision is stored and
+    reported, and the other is refused; a denial is never silently overridden."""
+    import subprocess
+    import sys
+
+    store = SQLiteStore(tmp_path / "t.db")
+    runs = [react("Pay order 7", make_tools([]), session=Session(
+        model=ScriptedModel([act("pay", order_id=7)]), store=store, approver=defer)).run_id for _ in range(12)]
+    cli = [sys.executable, "-m", "reflexa.cli", "approve"]
+    for run_id in runs:
+        racers = [subprocess.Popen([*cli, run_id, *extra, "--trace", str(tmp_path / "t.db")],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+                  for extra in ([], ["--deny", "no"])]
+        said = [(p.wait(60), p.stdout.read()) for p in racers]  # type: ignore[union-attr]
+        assert sorted(code for code, _ in said) == [0, 2], said
+        winner = "approved" if said[0][0] == 0 else "denied"
+        assert said[[0, 1][winner == "denied"]][1].startswith(f"{winner}: pay")
+        assert "already" in said[[1, 0][winner == "denied"]][1]
+        [stored] = waiting(store, run_id, decided=True)
+        assert stored.status == winner
 
 
 def test_cli_ask_reads_the_decision_from_the_terminal(tmp_path, monkeypatch):
@@ -146,9 +210,11 @@ def test_cli_ask_reads_the_decision_from_the_terminal(tmp_path, monkeypatch):
     script.write_text(json.dumps([act("pay", order_id=5), act("final_answer", answer="done")]))
     result = runner.invoke(app, ["react", "Pay order 5", "--tools", "pay_tools.py", "--approve", "ask",
                                  "--model", f"scripted:{script}", "--trace", str(tmp_path / "t.db")],
-                           input="e\n{\"order_id\": 6}\n")
+                           input="e\n{\"order_id\": \"six\"}\ne\n[6]\ne\n{\"order_id\": 6}\n")
     assert result.exit_code == 4, result.output
     assert "approval needed" in result.output and "paid 6" in result.output
+    assert "do not fit pay: order_id: 'six' is not of type 'integer'" in result.output  # asked again
+    assert "must be a JSON object" in result.output
 
 
 def test_a_plan_waits_on_its_sub_goal_s_call_and_resumes_it(tmp_path):

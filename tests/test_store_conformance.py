@@ -123,6 +123,9 @@ def test_keyed_records(store):
     assert store.incr("ns", "n", {"hits": 2}, {"hits": 0, "name": "x"}) == {"hits": 2, "name": "x"}
     assert store.incr("ns", "n", {"hits": 1, "cost": 0.5}, assign={"last": 7}) == \
         {"hits": 3, "name": "x", "cost": 0.5, "last": 7} == store.get("ns", "n")
+    assert store.update("ns", "missing", lambda d: {"v": 9}) is None and store.get("ns", "missing") is None
+    assert store.update("ns", "b", lambda d: None) is None and store.get("ns", "b") == {"v": 1}
+    assert store.update("ns", "b", lambda d: {"v": d["v"] + 1}) == {"v": 2} == store.get("ns", "b")
 
 
 def test_migrations_are_append_only_and_run_once(target, monkeypatch):
@@ -149,12 +152,21 @@ def _hammer(target: str, worker: int, rounds: int) -> None:
         store.add_step(Step(run_id, 1, "stop", None, None, {"i": i}))
         store.finish_run(run_id, "PASSED", time.time(), {})
         store.put("seen", run_id, {"worker": worker})
+        store.update("cas", "log", lambda d, at=run_id: {"ids": [*d["ids"], at]})
+        # The first worker to claim wins; a later claim sees it and writes nothing.
+        if store.update("cas", f"claim{i}", lambda d, me=worker: {"owner": me} if d["owner"] is None else None):
+            store.put("won", f"{i}:{worker}", {})
     store.close()
 
 
 def test_concurrent_writers_lose_nothing(target):
     workers, rounds = 4, 25
     ctx = multiprocessing.get_context("spawn")
+    seed = open_store(target)
+    seed.put("cas", "log", {"ids": []})
+    for i in range(rounds):
+        seed.put("cas", f"claim{i}", {"owner": None})
+    seed.close()
     procs = [ctx.Process(target=_hammer, args=(target, w, rounds)) for w in range(workers)]
     for p in procs:
         p.start()
@@ -165,6 +177,10 @@ def test_concurrent_writers_lose_nothing(target):
     assert store.get("counts", "shared") == {"n": workers * rounds}
     assert len(store.items("seen")) == workers * rounds
     assert len(store.runs(1000, status="PASSED")) == workers * rounds
+    assert sorted(store.get("cas", "log")["ids"]) == sorted(f"w{w}-{i}" for w in range(workers) for i in range(rounds))
+    # Exactly one claim succeeded for each key, the one whose owner is stored.
+    won = sorted(tuple(map(int, key.split(":"))) for key, _ in store.items("won"))
+    assert won == [(i, store.get("cas", f"claim{i}")["owner"]) for i in range(rounds)]
     store.close()
 
 

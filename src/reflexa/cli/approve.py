@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import ConfigError
-from ..tools.approval import ApprovalRequest, Decision
+from ..tools.approval import ApprovalRequest, Decision, invalid_args
 from .common import clean_errors, console, errors, find_run, open_store
 from .options import TraceOpt, option
 
@@ -35,7 +35,7 @@ class TerminalApprover:
                 if answer in ("n", "no"):
                     return Decision.deny(_ask("why (the agent sees this): "))
                 if answer in ("e", "edit"):
-                    if (edited := _edited()) is not None:
+                    if (edited := _edited(request)) is not None:
                         return Decision.approve(edited)
                     continue
                 if answer in ("d", "defer", ""):
@@ -48,12 +48,18 @@ def _ask(prompt: str) -> str:
     return line.strip() if line else ""  # "" at end of input: defer
 
 
-def _edited() -> dict[str, Any] | None:
+def _edited(request: ApprovalRequest) -> dict[str, Any] | None:
+    """Arguments typed in the terminal, or None (said why; the question is asked again) when they are no
+    JSON object or do not fit the tool's schema."""
     try:
-        return json_object(_ask("arguments as a JSON object: "))
+        edited = json_object(_ask("arguments as a JSON object: "))
     except ValueError as exc:
-        errors.print(str(exc), highlight=False)
+        errors.print(str(exc), highlight=False, markup=False)
         return None
+    if why := invalid_args(request.schema, edited):
+        errors.print(f"these arguments do not fit {request.tool}: {why}", highlight=False, markup=False)
+        return None
+    return edited
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -72,10 +78,12 @@ def approve(
     deny: Annotated[str | None, option("WHY", "Deny the call; the agent sees the reason.", names=("--deny",))] = None,
     args: Annotated[str | None, option("JSON", "Approve the call with these arguments instead (a JSON object).",
                                        names=("--args",))] = None,
+    change: Annotated[bool, typer.Option("--change", help="Correct a decision already made, until the run "
+                                         "resumes.")] = False,
     trace: TraceOpt = None,
 ) -> None:
     """Approve (or deny) the side-effecting call a run stopped for; `reflexa resume RUN_ID` then carries
-    it out, once."""
+    it out, once. A second decision on the same call is refused unless it is a `--change`."""
     from ..tools.approval import decide, waiting
 
     with clean_errors():
@@ -83,12 +91,18 @@ def approve(
             raise ConfigError("--deny and --args exclude each other")
         store = open_store(trace)
         record = find_run(store, run_id)
-        calls = waiting(store, record.run_id) if record.status == "awaiting" else []
+        awaiting = record.status == "awaiting"
+        calls = waiting(store, record.run_id) if awaiting else []
+        if not calls and awaiting and (decided := waiting(store, record.run_id, decided=True)):
+            if not change:
+                raise ConfigError(f"the call to {decided[0].tool} was {decided[0].status} already",
+                                  hint="--change corrects a decision until the run resumes")
+            calls = decided
         if not calls:
             raise ConfigError(f"run {record.run_id[:12]} has no call waiting for approval ({record.status})",
                               hint="a run waits when it stopped AWAITING_APPROVAL (--approve defer)")
         decision = Decision.deny(deny) if deny is not None else Decision.approve(_args(args))
-        call = decide(store, calls[0], decision)
+        call = decide(store, calls[0], decision, change=change)
         shown = json.dumps(call.edited if call.edited is not None else call.args, ensure_ascii=False)
         go_on = ("run the batch again" if "batch" in record.meta
                  else f"reflexa resume {str(record.meta.get('parent', record.run_id))[:12]}")

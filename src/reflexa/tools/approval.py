@@ -5,6 +5,10 @@ arguments), deny with a reason, or defer. A deferred call stops the run (AWAITIN
 stored as pending; `reflexa approve RUN_ID` (or `decide`) records the decision and a resume carries it out.
 Decisions live in the store under the call's idempotency key, so a kill at any point neither loses a
 decision nor runs an approved effect twice (the effect record does that, as for every side effect).
+
+Every decision is a compare-and-set on that record: of two people deciding at once, the second is refused,
+and a decision is changed only on purpose (`reflexa approve RUN_ID --change`) and only until the resumed
+run takes it. Edited arguments are checked against the tool's JSON schema when they are entered.
 """
 
 from __future__ import annotations
@@ -29,6 +33,21 @@ class ApprovalRequest:
     tool: str
     args: dict[str, Any]
     description: str = ""
+    schema: dict[str, Any] = field(default_factory=dict)
+    """The tool's arguments as a JSON schema: edited arguments are checked against it when entered."""
+
+
+def invalid_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
+    """Why `args` do not fit a tool's JSON schema (the most telling error), or None when they do."""
+    import jsonschema
+
+    if not schema:
+        return None
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(args))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +104,9 @@ class Pending:
     reason: str = ""
     edited: dict[str, Any] | None = None
     at: float = field(default_factory=time.time)
+    schema: dict[str, Any] = field(default_factory=dict)
+    used: bool = False
+    """Set when the resumed run takes the decision: from then on it can no longer be changed."""
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__ if name != "key"}
@@ -112,33 +134,67 @@ def record(store: Any, key: str, request: ApprovalRequest, decision: Decision) -
     status: Literal["pending", "approved", "denied"] = (
         "approved" if decision.verdict == "approve" else "denied" if decision.verdict == "deny" else "pending")
     store.put(NAMESPACE, key, Pending(key, request.run_id, request.step, request.tool, request.args, status,
-                                      decision.reason, decision.args).to_dict())
+                                      decision.reason, decision.args, schema=request.schema,
+                                      used=status != "pending").to_dict())
 
 
-def pending(store: Any, run_ids: set[str]) -> list[Pending]:
-    """The calls of these runs that still wait for a decision, oldest first."""
-    found = [Pending.read(key, data) for key, data in store.items(NAMESPACE)]
-    return sorted((p for p in found if p.status == "pending" and p.run_id in run_ids), key=lambda p: p.at)
+def take(store: Any, key: str) -> Pending | None:
+    """The decided record of a call, marked used in the same step (so no correction lands after the run
+    has acted on it); None when there is no record or no decision yet."""
+    def used(data: dict[str, Any]) -> dict[str, Any] | None:
+        return {**data, "used": True} if data.get("status") != "pending" else None
+
+    if (data := store.update(NAMESPACE, key, used)) is not None:
+        return Pending.read(key, data)
+    return stored(store, key)
 
 
-def decide(store: Any, call: Pending, decision: Decision) -> Pending:
-    """Record a human's decision on a pending call; a call decided already is a ConfigError."""
-    if call.status != "pending":
-        raise ConfigError(f"the call to {call.tool} was {call.status} already")
+def pending(store: Any, run_ids: set[str], *, decided: bool = False) -> list[Pending]:
+    """The calls of these runs that still wait for a decision, oldest first; with `decided`, those decided
+    but not yet taken."""
+    found = [Pending.read(key, data) for key, data in store.items(NAMESPACE) if data.get("run_id") in run_ids]
+    return sorted((p for p in found if (p.status != "pending" and not p.used if decided else p.status == "pending")),
+                  key=lambda p: p.at)
+
+
+def decide(store: Any, call: Pending, decision: Decision, *, change: bool = False) -> Pending:
+    """Record a human's decision on a call, as one compare-and-set on its stored record. Without `change`
+    the call must still be pending (the second of two racing decisions is refused); with it, a decision is
+    replaced until the resumed run has taken it. Edited arguments that do not fit the tool's schema are
+    refused before anything is written. Every refusal is a ConfigError."""
     if decision.verdict == "defer":
         return call
-    call.status = "approved" if decision.verdict == "approve" else "denied"
-    call.reason, call.edited, call.at = decision.reason, decision.args, time.time()
-    store.put(NAMESPACE, call.key, call.to_dict())
-    return call
+    if decision.args is not None and (why := invalid_args(call.schema, decision.args)):
+        raise ConfigError(f"the edited arguments do not fit {call.tool}: {why}")
+    refused: list[str] = []
+
+    def decided(data: dict[str, Any]) -> dict[str, Any] | None:
+        now = Pending.read(call.key, data)
+        if now.used:
+            refused.append(f"the call to {call.tool} was {now.status} and the run has carried that out")
+        elif now.status != "pending" and not change:
+            refused.append(f"the call to {call.tool} was {now.status} already (--change corrects a decision "
+                           "until the run resumes)")
+        if refused:
+            return None
+        now.status = "approved" if decision.verdict == "approve" else "denied"
+        now.reason, now.edited, now.at = decision.reason, decision.args, time.time()
+        return now.to_dict()
+
+    written = store.update(NAMESPACE, call.key, decided)
+    if written is None:
+        raise ConfigError(refused[0] if refused else f"the call to {call.tool} has no stored record")
+    return Pending.read(call.key, written)
 
 
 FAMILY_SCAN = 1000
 """Runs looked through (newest first, since the run started) for the child runs of a plan or trials run."""
 
 
-def waiting(store: Any, run_id: str) -> list[Pending]:
-    """The calls waiting for a decision in a run or any of its child runs (a plan's sub-goals, trials)."""
+def waiting(store: Any, run_id: str, *, decided: bool = False) -> list[Pending]:
+    """The calls waiting for a decision in a run or any of its child runs (a plan's sub-goals, trials);
+    with `decided`, instead the calls decided but not yet taken by a resumed run (those `--change` may
+    correct)."""
     root = store.get_run(run_id)
     family = {run_id}
     if root is not None:
@@ -148,4 +204,4 @@ def waiting(store: Any, run_id: str) -> list[Pending]:
             more = {r.run_id for r in later if str(r.meta.get("parent")) in family} - family
             family |= more
             grew = bool(more)
-    return pending(store, family)
+    return pending(store, family, decided=decided)

@@ -361,8 +361,9 @@ class ToolSession:
         """The human decision on a side-effecting call (stored, or asked for and stored at once): the arguments
         to run it with (the proposed ones, as given and validated, unless edited), or the observation of a
         denial. A deferral raises AwaitingApproval."""
-        request = ApprovalRequest(self.run_id, step, t.name, canonical, t.description)
-        earlier = approval.stored(self.effects, key)
+        request = ApprovalRequest(self.run_id, step, t.name, canonical, t.description,
+                                  t.args_model.model_json_schema())
+        earlier = approval.take(self.effects, key)
         decision = earlier.decision() if earlier is not None else None
         if decision is None:
             assert self.approver is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -246,6 +246,17 @@ class PostgresStore:
             conn.execute("UPDATE records SET value=%s, updated_at=%s WHERE ns=%s AND key=%s",
                          (to_json(value), time.time(), ns, key))
             return value
+
+    def update(self, ns: str, key: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+               ) -> dict[str, Any] | None:
+        ns, key = text(ns), text(key)
+        with self._conn("write") as conn:
+            row = conn.execute("SELECT value FROM records WHERE ns=%s AND key=%s FOR UPDATE", (ns, key)).fetchone()
+            written = change(json.loads(row[0])) if row is not None else None
+            if written is not None:
+                conn.execute("UPDATE records SET value=%s, updated_at=%s WHERE ns=%s AND key=%s",
+                             (to_json(written), time.time(), ns, key))
+            return written
 
     def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
         with self._conn("write") as conn:

@@ -13,7 +13,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -270,6 +270,17 @@ class SQLiteStore:
             value = apply_incr(json.loads(row[0]) if row else dict(defaults or {}), fields, assign)
             db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(value), time.time()))
             return value
+
+    def update(self, ns: str, key: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+               ) -> dict[str, Any] | None:
+        ns, key = storable(ns), storable(key)
+        with self._transaction() as db:  # BEGIN IMMEDIATE: no other writer between the read and the write
+            row = db.execute("SELECT value FROM records WHERE ns=? AND key=?", (ns, key)).fetchone()
+            written = change(json.loads(row[0])) if row is not None else None
+            if written is not None:
+                db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", (ns, key, to_json(written),
+                                                                                  time.time()))
+            return written
 
     def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
         with self._transaction() as db:

@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,12 @@ class Store(Protocol):
         """Atomically add `fields` to a record's numeric fields (a missing field counts as 0) and set
         `assign`'s fields; a missing record starts from `defaults`, or stays missing (None) without them.
         Returns the record as written. Concurrent increments from any number of processes all count."""
+        ...
+    def update(self, ns: str, key: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+               ) -> dict[str, Any] | None:
+        """Atomically replace a record with `change(record)`: read and written in one transaction, so of two
+        updates racing from any processes each sees the other's result (compare-and-set). A missing record,
+        or `change` returning None, writes nothing. Returns what was written, or None."""
         ...
 
     # Run leases: one live process drives a run at a time.
@@ -340,6 +346,15 @@ class MemoryStore:
             value = apply_incr(value if value is not None else dict(defaults or {}), fields, assign)
             self.put(ns, key, value)
             return value
+
+    def update(self, ns: str, key: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+               ) -> dict[str, Any] | None:
+        with self._lock:
+            value = self.get(ns, key)
+            written = change(value) if value is not None else None
+            if written is not None:
+                self.put(ns, key, written)
+            return written
 
     def acquire_lease(self, run_id: str, owner: str, pid: int) -> None:
         with self._lock:
