@@ -89,6 +89,35 @@ def test_regex_check():
     assert not RegexCheck(r"eval\(", must_match=False).run("eval('1')", CheckContext()).ok
 
 
+def test_a_backtracking_regex_ends_as_a_timeout_wherever_a_pattern_is_given():
+    """`(a|aa)+$` on 60 characters runs for hours in `re`: in a check, an answer validator and an eval score
+    it ends as a failing TIMEOUT instead (each search is bounded; run in a thread so a hang fails the test)."""
+    import threading
+
+    from reflexa.eval.dataset import EvalTask, Score
+    from reflexa.eval.score import scored
+    from reflexa.evaluate.answer import regex_validator
+    from reflexa.tasks import TaskSpec
+
+    text, pattern = "a" * 60 + "!", r"(a|aa)+$"
+    got: dict[str, object] = {}
+
+    def run() -> None:
+        got["check"] = RegexCheck(pattern).run(text, CheckContext())
+        got["absent"] = RegexCheck(pattern, must_match=False).run(text, CheckContext())
+        got["validator"] = regex_validator(pattern)(text)
+        task = EvalTask("t", TaskSpec.parse({"task": "say a", "regex": "a"}), Score.model_validate({"regex": pattern}))
+        got["score"] = scored(task, text, True)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "a search ran past its limit"
+    assert got["check"].code is ErrorCode.TIMEOUT and not got["check"].ok
+    assert got["absent"].code is ErrorCode.TIMEOUT  # absence is not shown either
+    assert "took longer than" in str(got["validator"]) and got["score"] is False
+
+
 def test_empty_candidate_skips_the_checks():
     verdict = run_checks([RegexCheck("x")], "  \n", CheckContext())
     assert verdict.status is Status.FAIL and verdict.signals[0].code is ErrorCode.EMPTY

@@ -591,7 +591,8 @@ def test_an_index_another_process_is_writing_is_waited_for_then_a_clear_error(tm
 
 
 @pytest.mark.parametrize("form", ["【99】", "[99a]", "［99］", "[١]", "&#91;99&#93;", "&lbrack;99&rbrack;", "〔9〕",
-                                  "[９]", "[1b]", "⟦2⟧"])
+                                  "[９]", "[1b]", "⟦2⟧", "[&#57;&#57;]", "[9\u200b9]", "\\[99\\]", "[&#x39;9]",
+                                  "[\u20609\u20629]", "&lsqb;99&rsqb;"])
 def test_every_bracket_form_a_model_or_a_page_writes_is_recognised(form):
     """Forms that once survived the clean-up: they are not `[n]`, so the audit fails and clean cuts them."""
     answer = f"The Eiffel Tower is in Paris {form}."
@@ -621,3 +622,27 @@ def test_an_injected_query_never_runs_even_with_the_question_s_words():
                                    set(), anchor=gaps)
     assert keep == ["Eiffel Tower height metres"]
     assert rejected == ["Eiffel Tower admin password: unrelated to the question and its gaps (admin, password)"]
+
+
+def test_a_query_holding_a_secret_s_value_never_reaches_the_backend(monkeypatch):
+    """A question (or a passage) carrying a secret's value: no query that holds it is sent to a search service,
+    and the value is in no prompt and no stored step."""
+    monkeypatch.setenv("SHOP_API_KEY", "sk-live-93f0a1b2")
+    asked: list[str] = []
+
+    class Recording(Broken):
+        def search(self, query, k):
+            asked.append(query)
+            return super().search(query, k)
+
+    keep, rejected = clean_queries(["bridge sk-live-93f0a1b2 span"], "bridge span sk-live-93f0a1b2", ["span"], set())
+    assert keep == [] and rejected == ["bridge [REDACTED] span: holds a secret's value"]
+    store = MemoryStore()
+    model = ScriptedModel([draft("Unknown.", missing=["bridge span length"], queries=["bridge span sk-live-93f0a1b2",
+                                                                                "bridge span length"]),
+                           draft("The span is described [1].")])
+    result = research("What is the bridge span? (key sk-live-93f0a1b2)", Recording("never"),
+                      session=Session(model=model, store=store), max_rounds=1)
+    assert asked == ["bridge span length"] and result.output.startswith("The span is described")
+    stored = " ".join(str(step.output) for step in store.steps(result.run_id) if step.kind in ("searched", "queries"))
+    assert "sk-live" not in stored and "[REDACTED]" in stored

@@ -32,12 +32,23 @@ def file_problem(path: Path, what: str) -> str | None:
     return None
 
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+"""The largest file a user names that is read (a task, tests, a spec): a bigger one is refused, not loaded."""
+
+
 def read_text(path: Path, what: str) -> str:
-    """A UTF-8 text file's content, or one ConfigError (missing, a folder, not a regular file, unreadable,
-    binary, not UTF-8)."""
+    """A UTF-8 text file's content, or one ConfigError (missing, a folder, not a regular file, unreadable
+    (a kernel file such as /proc/self/mem fails the read itself), larger than MAX_INPUT_BYTES, binary, not
+    UTF-8)."""
     if (problem := file_problem(path, what)) is not None:
         raise ConfigError(problem)
-    data = path.read_bytes()
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ConfigError(f"the {what} is larger than {MAX_INPUT_BYTES // 2**20} MiB: {path}")
     if b"\x00" in data[:4096]:
         raise ConfigError(f"the {what} is a binary file, not text: {path}")
     try:
@@ -48,18 +59,9 @@ def read_text(path: Path, what: str) -> str:
 
 def read_json(path: Path, what: str) -> Any:
     """A JSON file's content, or one ConfigError that says why it cannot be read."""
-    if (problem := file_problem(path, what)) is not None:  # a FIFO would block the read for ever
-        raise ConfigError(problem)
+    text = read_text(path, what)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} is a directory: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"the {what} is not UTF-8 text: {path} (byte {exc.start})") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"the {what} is not JSON: {path}: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:

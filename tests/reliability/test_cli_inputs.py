@@ -71,6 +71,10 @@ CASES = [
     (["refine", "t", "--tests", ""], "is empty; give a path"),
     (["refine", "t", "--tests", "tests.py", "--out", ""], "is empty; give a path"),
     (["batch", "", "--loop", "refine"], "is empty; give a path"),
+    (["refine", "/proc/self/mem", "--tests", "tests.py"], "cannot read the task file /proc/self/mem"),
+    (["refine", "t", "--tests", "/proc/self/mem"], "cannot read"),
+    (["run", "/proc/self/mem"], "cannot read"),
+    (["batch", "/proc/self/mem", "--loop", "refine"], "cannot read"),
 ]
 
 
@@ -92,7 +96,7 @@ def test_show_with_a_wildcard_never_matches_a_real_run(work):
         assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("kind", ["fifo", "socket", "loop", "unreadable"])
+@pytest.mark.parametrize("kind", ["fifo", "socket", "loop", "unreadable", "kernel"])
 @pytest.mark.parametrize("flag", ["task", "--tests"])
 def test_a_task_or_tests_file_that_cannot_be_read_is_named_before_any_model_call(work, kind, flag):
     """A FIFO or socket was "not found"; a file that cannot be read was an internal error (tests) or was
@@ -110,6 +114,9 @@ def test_a_task_or_tests_file_that_cannot_be_read_is_named_before_any_model_call
         expected = "not a regular file"
     elif kind == "loop":
         os.symlink(path, path)  # a link to itself: stat fails with ELOOP
+        expected = "cannot read"
+    elif kind == "kernel":
+        os.symlink("/proc/self/mem", path)  # a regular file to stat and open whose read fails (EIO)
         expected = "cannot read"
     else:
         path.write_text("the task")

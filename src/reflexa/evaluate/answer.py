@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -17,6 +16,7 @@ from ..errors import ConfigError
 from ..files import file_uri
 from ..types import ErrorCode, Signal
 from .checks import CheckContext, CheckLike, FunctionCheck, as_check, said_signal
+from .patterns import PatternTimeout, compile_pattern, search
 
 Validator = Callable[[str], str | None]
 """Checks a final answer against the world: None when it holds, else what is wrong."""
@@ -107,12 +107,19 @@ def _compiles(query: str, db: Path) -> None:
 
 
 def regex_validator(pattern: str) -> Validator:
-    """The answer must contain a match for `pattern` (re.search). A bad pattern is a ConfigError."""
+    """The answer must contain a match for `pattern`, found within the search's time limit
+    (evaluate/patterns.py). A bad pattern is a ConfigError."""
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = compile_pattern(pattern)
+    except ValueError as exc:
         raise ConfigError(f"bad regex {pattern!r}: {exc}") from None
-    return lambda answer: None if regex.search(answer) else f"the answer does not match /{pattern}/"
+
+    def validate(answer: str) -> str | None:
+        try:
+            return None if search(compiled, answer) else f"the answer does not match /{pattern}/"
+        except PatternTimeout as exc:
+            return str(exc)
+    return validate
 
 
 def as_validator(given: Validator | CheckLike | None, task: str = "") -> Validator | None:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, field_validator
 from ..errors import ConfigError
 from ..structured import Message, Text300, json_document
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, fence_untrusted
+from .patterns import PatternTimeout, compile_pattern, search
 from .sandbox import ExecResult, Limits, Sandbox
 
 WIRE_ENV = "REFLEXA_WIRE_FD"
@@ -469,17 +470,21 @@ class JsonSchemaCheck:
 
 
 class RegexCheck:
-    """The candidate must match (or, with must_match=False, must not match) a regular expression."""
+    """The candidate must match (or, with must_match=False, must not match) a regular expression. Each search
+    is bounded in time (evaluate/patterns.py): one that runs past it fails the check with TIMEOUT."""
 
     subjective = False
 
     def __init__(self, pattern: str, *, must_match: bool = True, flags: int = 0) -> None:
-        self.regex = re.compile(pattern, flags)
+        self.regex = compile_pattern(pattern, flags)
         self.must_match = must_match
         self.name = f"regex:{cap(pattern, 40)}"
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        match = self.regex.search(candidate)
+        try:
+            match = search(self.regex, candidate)
+        except PatternTimeout as exc:
+            return Signal(self.name, False, ErrorCode.TIMEOUT, str(exc), score=0.0)
         if bool(match) == self.must_match:
             return Signal(self.name, True, message="matched" if match else "absent", score=1.0)
         if self.must_match:

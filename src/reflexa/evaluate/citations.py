@@ -3,13 +3,18 @@
 Only the syntax the prompt asks for counts: `[n]`, one number in ASCII digits in plain brackets. Any other
 bracketed number form is not a citation and fails the audit, and `clean` removes it: `[1, 99]`, `[ 99 ]`,
 `[^2]`, `[1-3]`, `[99a]`, full-width and CJK brackets (`［99］`, `【99】`), other digit scripts (`[١]`) and
-brackets written as HTML entities (`&#91;99&#93;`). HTML tags are removed whole, and a URL, a bare host with
-a path, an IP address or a data URI is kept only when it is the source of evidence the answer cites.
+brackets written as HTML entities (`&#91;99&#93;`). The answer is read as it would be shown: HTML entities
+decoded (`[&#57;&#57;]` is `[99]`), markdown-escaped brackets unescaped (`\\[99\\]` is `[99]`) and invisible
+format characters dropped (`[9<zero-width space>9]` is `[99]`), so no spelling hides a citation from the
+audit. HTML tags are removed whole, and a URL, a bare host with a path, an IP address or a data URI is kept
+only when it is the source of evidence the answer cites.
 """
 
 from __future__ import annotations
 
+import html
 import re
+import unicodedata
 from collections.abc import Collection, Mapping
 
 from ..search.base import Evidence
@@ -21,7 +26,6 @@ OPEN = "[［【〔〖〘⟦⁅﹝"
 CLOSE = "]］】〕〗〙⟧⁆﹞"
 _ANY_REF = re.compile(rf"[{re.escape(OPEN)}]\s*\^?\s*\d[\w\s,;.\-–]*[{re.escape(CLOSE)}]")
 """Anything that looks like a bracketed reference, valid or not: any bracket, any script's digits, suffixes."""
-_ENTITY_BRACKET = re.compile(r"&(?:#0*91|#x0*5b|lbrack|lsqb|#0*93|#x0*5d|rbrack|rsqb);", re.IGNORECASE)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]{0,2000}>|<!--.*?-->", re.DOTALL)
 """An HTML tag (an <img> or <a> would fetch or link whatever its attributes name) or an HTML comment."""
 _HEADING = re.compile(r"(?:#+ ?)?\**(?:references?|sources?|bibliography)\**:?\**(?: *\[\d.*)?", re.IGNORECASE)
@@ -59,9 +63,11 @@ def strip_references(answer: str) -> str:
 
 
 def _decoded(answer: str) -> str:
-    """Brackets written as HTML entities, as brackets: `&#91;9&#93;` reads as `[9]` wherever it is shown."""
-    return _ENTITY_BRACKET.sub(lambda m: "[" if m.group(0).lower() in ("&lbrack;", "&lsqb;") or
-                               re.search(r"91|5b", m.group(0), re.IGNORECASE) else "]", answer)
+    """The answer as it is shown: HTML entities decoded, markdown's `\\[` and `\\]` unescaped, invisible
+    format characters gone."""
+    shown = (html.unescape(answer) if "&" in answer else answer).replace("\\[", "[").replace("\\]", "]")
+    # Format characters (zero-width spaces and joiners, bidi controls, soft hyphens) are shown as nothing.
+    return "".join(ch for ch in shown if unicodedata.category(ch) != "Cf")
 
 
 def cited(answer: str) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field
 
+from ..evaluate.checks import redact_secrets
 from ..evaluate.citations import audit, cited, clean, references, strip_references, verified
 from ..runtime import Run, Stop
 from ..search.base import Evidence, SearchBackend, SearchError
@@ -214,12 +215,12 @@ def _search_round(run: Run, s: ResearchState, backend: SearchBackend, cache: Sea
     gaps = prompts.concrete_gaps(s.draft.reflection)
     seen = {normalise_query(q) for q in s.ran}
     queries, rejected = prompts.clean_queries(s.draft.search_queries, s.task, gaps, seen, s.anchor)
-    if not s.ran:
+    if not s.ran and not prompts.holds_secret(s.task):
         # The first round searches the question itself too: the draft's queries follow the draft, and a wrong
         # draft's queries find passages that agree with it; the question names what the answer is about.
         asked = normalise_query(s.task)
         queries = [s.task, *(q for q in queries if normalise_query(q) != asked)][:prompts.MAX_QUERIES]
-    run.record(Queries(list(s.draft.search_queries), gaps, queries, rejected))
+    run.record(Queries([redact_secrets(q) for q in s.draft.search_queries], gaps, queries, rejected))
     if not queries:
         s.notes.append(f"{NO_SEARCH}: no usable query" if not s.ran else "no further usable query")
         return False

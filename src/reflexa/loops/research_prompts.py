@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..evaluate.checks import redact_secrets
 from ..search.base import Evidence
 from ..structured import Message, Text200, Text2000
 from ..types import fence_untrusted
@@ -157,8 +158,9 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
     when a gap is named, sharing a content word with the question (a wrong draft cannot send the search
     after its own guess), and made only of words of the question and of the gaps the draft named before
     any evidence was read (`anchor`; `gaps` on the first round): a query carrying a word that only the
-    evidence holds is text the evidence wrote, and an injected search never runs. `already` holds
-    normalised queries."""
+    evidence holds is text the evidence wrote, and an injected search never runs. A query holding the value
+    of a secret environment variable (evaluate/checks.py `secret_values`) never leaves the process, and its
+    rejection names it redacted. `already` holds normalised queries."""
     keep: list[str] = []
     rejected: list[str] = []
     seen = set(already)
@@ -168,6 +170,9 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
         words = raw.split()
         if not words:
             rejected.append("(empty): empty query")
+            continue
+        if holds_secret(raw):
+            rejected.append(f"{' '.join(redact_secrets(raw).split()[:MAX_QUERY_WORDS])}: holds a secret's value")
             continue
         query = " ".join(words[:MAX_QUERY_WORDS])
         key = " ".join(_WORD.findall(query.lower()))
@@ -183,6 +188,11 @@ def clean_queries(proposed: list[str], question: str, gaps: list[str], already: 
             keep.append(query)
             seen.add(key)
     return keep[:MAX_QUERIES], rejected
+
+
+def holds_secret(query: str) -> bool:
+    """Whether a query holds the value of a secret environment variable: such a query is never sent."""
+    return redact_secrets(query) != query
 
 
 _ANSWER = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)')

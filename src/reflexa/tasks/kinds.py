@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..evaluate.patterns import compile_pattern
 from ..files import read_json
 
 if TYPE_CHECKING:
@@ -115,8 +115,8 @@ def _python(value: str) -> str | None:
 
 def _regex(value: str) -> str | None:
     try:
-        re.compile(value)
-    except re.error as exc:
+        compile_pattern(value)
+    except ValueError as exc:
         return str(exc)
     return None
 
