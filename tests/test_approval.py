@@ -95,8 +95,8 @@ def test_edited_arguments_that_do_not_fit_the_schema_are_refused_before_anything
 
 def test_a_denial_reaches_the_next_step_and_blocks_the_tool_for_the_run(tmp_path):
     effects: list[int] = []
-    model = ScriptedModel(generator=[act("pay", order_id=3), act("pay", order_id=4),
-                                     act("final_answer", answer="not paid: a human refused")], default=LESSON)
+    model = ScriptedModel(generator=[act("pay", order_id=3), act("final_answer", answer="not paid: a human refused")],
+                          default=LESSON)
     result = react("Pay order 3", make_tools(effects), session=Session(
         model=model, approver=lambda request: Decision.deny("orders over 100 EUR need a manager")))
     assert effects == []
@@ -104,7 +104,9 @@ def test_a_denial_reaches_the_next_step_and_blocks_the_tool_for_the_run(tmp_path
     prompts = [" ".join(m["content"] for m in messages) for messages in model.prompts
                if "You reach a goal" in messages[0]["content"]]
     assert "PERMISSION" in prompts[1] and "orders over 100 EUR need a manager" in prompts[1]
-    assert "BLOCKED" in prompts[2]  # the second try at the denied tool was refused without asking
+    offered = [[branch["properties"]["tool"]["const"] for branch in schema["properties"]["action"]["anyOf"]]
+               for schema in model.schemas if schema and "action" in schema.get("properties", {})]
+    assert "pay" in offered[0] and "pay" not in offered[1]  # blocked for the run: no longer a choice
 
 
 def test_an_approver_may_edit_the_arguments(tmp_path):

@@ -1,4 +1,5 @@
 import json
+import os
 import time
 from dataclasses import replace
 
@@ -251,6 +252,8 @@ def test_correction_equal_to_the_failing_action_stops():
 
 
 def test_blocked_tool_stays_blocked():
+    """A lesson's block: the tool is left out of every later step's action schema, and a call of it that
+    arrives anyway (a loose reply the registry parses) is refused without running."""
     lookup, state = flaky_tool(1)
 
     @tool
@@ -261,23 +264,20 @@ def test_blocked_tool_stays_blocked():
         [
             act("lookup", key="a"),
             lesson("backend refused key a", "stop using lookup", control="block_tool", control_tool="lookup"),
-            act("lookup", key="good", thought="try again"),
             act("other", thought="fine"),
             final("other value"),
         ]
     )
-    store = MemoryStore()
-    result = react(
-        "find it",
-        [lookup, other],
-        budget=Budget(max_reflections=1),
-        validator=accept,
-        session=Session(model=model, store=store),
-        max_steps=8,
-    )
-    assert state["calls"] == 1  # the blocked call never ran
-    codes = [s.output["code"] for s in store.steps(result.run_id) if s.kind == "react"]
-    assert codes[1] == "BLOCKED"
+    result = react("find it", [lookup, other], budget=Budget(max_reflections=1), validator=accept,
+                   session=Session(model=model), max_steps=8)
+    assert result.passed and state["calls"] == 1
+    offered = [[branch["properties"]["tool"]["const"] for branch in schema["properties"]["action"]["anyOf"]]
+               for schema in model.schemas if schema and "action" in schema.get("properties", {})]
+    assert "lookup" in offered[0] and all("lookup" not in tools for tools in offered[1:])
+    session = ToolSession(ToolRegistry([lookup, other]))
+    session.blocks.tools.add("lookup")
+    refused = session.call("lookup", {"key": "good"})
+    assert refused.code is ErrorCode.BLOCKED and state["calls"] == 1
 
 
 def test_reflection_quota():
@@ -546,34 +546,46 @@ def test_a_side_effect_that_overruns_its_timeout_is_not_repeated():
 
 
 def test_crash_during_an_effect_is_not_repeated_on_resume(tmp_path):
+    """The process dies inside a side-effecting call (its outcome unknown): the resumed run does not call it
+    again, and says why."""
+    import subprocess
+    import sys
+    import textwrap
+
     from reflexa import SQLiteStore
 
-    charges = []
+    (tmp_path / "charge_tools.py").write_text(textwrap.dedent("""
+        import os
+        from pathlib import Path
+        from reflexa import tool
 
-    @tool(side_effect=True)
-    def charge(amount: int) -> str:
-        charges.append(amount)
-        if len(charges) == 1:
-            raise Crash()  # dies inside the call: the effect's outcome is unknown
-        return f"charged {amount}"
-
+        @tool(side_effect=True)
+        def charge(amount: int) -> str:
+            log = Path(__file__).with_name("charges.log")
+            with log.open("a") as f:
+                f.write(f"{amount}\\n")
+            if os.environ.get("DIE_IN_CALL"):
+                os._exit(137)  # killed inside the call
+            return f"charged {amount}"
+    """))
     path = tmp_path / "trace.db"
-    with pytest.raises(Crash):
-        react(
-            "charge",
-            [charge],
-            validator=accept,
-            session=Session(model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path)),
-        )
+    script = ("import sys; sys.path.insert(0, '.'); from charge_tools import charge\n"
+              "from reflexa import ScriptedModel, Session, SQLiteStore, react\n"
+              "react('charge', [charge], validator=lambda a: None, session=Session(model=ScriptedModel("
+              "[{'action': {'thought': 't', 'tool': 'charge', 'args': {'amount': 5}, 'confidence': 0.9}}]), "
+              "store=SQLiteStore('trace.db')))\n")
+    died = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "DIE_IN_CALL": "1"},
+                          capture_output=True, text=True, timeout=120)
+    assert died.returncode == 137, died.stderr
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from charge_tools import charge  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
     run_id = SQLiteStore(path).runs()[0].run_id
-    result = react(
-        "charge",
-        [charge],
-        resume=run_id,
-        validator=accept,
-        session=Session(model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path)),
-    )
-    assert charges == [5]
+    result = react("charge", [charge], resume=run_id, validator=accept,
+                   session=Session(model=ScriptedModel([act("charge", amount=5)]), store=SQLiteStore(path)))
+    assert (tmp_path / "charges.log").read_text() == "5\n"
     assert result.stop_reason is StopReason.UNRECOVERABLE and "interrupted" in result.error
 
 

@@ -283,8 +283,9 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
             return queued
     resting, s.resting = s.resting, None
     note = prompts.LAST_STEP if last else prompts.REPEATED_CALL if resting else ""
-    if not last and resting:
-        schema = prompts.action_schema(tools.registry, leave_out=resting)
+    # A blocked tool is no choice at all (its call would only be refused); a resting one sits out this step.
+    if left_out := {*tools.blocks.tools, *([resting] if resting else [])}:
+        schema = prompts.action_schema(tools.registry, leave_out=left_out)
     temperature, seed = sampling
     reply = ep.run.call(Role.GENERATOR, prompts.messages(tools.registry, s.workspace, note=note),
                         schema=prompts.answer_schema() if last else schema, max_tokens=256, temperature=temperature,

@@ -4,6 +4,7 @@ grammar-constrained backend can only produce calls that validate."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from ..reflect.workspace import Workspace
@@ -26,8 +27,8 @@ REPEATED_CALL = ("Your last call repeated an earlier one, so its result is alrea
 LAST_STEP = "This is your last step, so no tool output can be read after it. Give the final answer now."
 
 
-def action_schema(registry: ToolRegistry, leave_out: str | None = None) -> dict[str, Any]:
-    """One branch per tool (but `leave_out`), each with that tool's own args schema, plus the final answer.
+def action_schema(registry: ToolRegistry, leave_out: Collection[str] = ()) -> dict[str, Any]:
+    """One branch per tool (but those in `leave_out`), each with that tool's own args schema, plus the final answer.
     The union sits under an `action` property: Anthropic's tool input and OpenAI's function parameters need an
     object root."""
 
@@ -48,7 +49,7 @@ def action_schema(registry: ToolRegistry, leave_out: str | None = None) -> dict[
                   "required": ["answer"], "additionalProperties": False}
     branches, defs = [], {}
     for t in registry.tools.values():
-        if t.name == leave_out:
+        if t.name in leave_out:
             continue
         args = {k: v for k, v in t.args_model.model_json_schema().items() if k != "title"}
         # An argument that is an Enum or a model refers to "#/$defs/Name": those definitions move to the root,
