@@ -253,3 +253,125 @@ def test_importing_reflexa_and_its_cli_does_not_import_the_sdk():
                        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# --- hostile clients ---------------------------------------------------------------------------------------------
+
+SECRET = "hunter2-server-only-9f3a"
+
+
+@pytest.fixture()
+def server_folder():
+    """A server folder outside the folders every sandboxed run hides anyway (/tmp, home): in the checkout's
+    build/ folder, as a project folder would be."""
+    import shutil
+    import uuid
+
+    folder = Path(__file__).resolve().parents[1] / "build" / f"mcp-server-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_client_s_checks_cannot_read_the_server_s_folder_or_its_secrets(server_folder):
+    """The server's folder holds a .env: a client's test_code, check command or tests cannot read it (the
+    folder is hidden from every sandboxed run), and nothing the server returns carries its value."""
+    (server_folder / ".env").write_text(f"DB_PASSWORD={SECRET}\n")
+    env_file = str(server_folder / ".env")
+    got: dict[str, Any] = {}
+
+    async def talk(client: Client) -> None:
+        got["test_code"] = await client.call_tool("refine", {
+            "task": "Write add(a, b).", "test_code": f"print(open({env_file!r}).read())\nassert False"})
+        got["check"] = await client.call_tool("refine", {"task": "Write add(a, b).",
+                                                         "check": f"cat {env_file} ../.env; exit 1"})
+        got["tests"] = await client.call_tool("refine", {
+            "task": "Write add(a, b).", "tests": f"import solution\n\n\ndef test_x():\n    assert False, open({env_file!r}).read()\n"})
+
+    serve(server_folder, [ADD] * 3, talk, "--max-attempts", "1")
+    for name, result in got.items():
+        reply = json.dumps(result.structured_content) + text(result)
+        assert SECRET not in reply, (name, reply)
+        assert not result.is_error and result.structured_content["passed"] is False, (name, reply)
+    assert "No such file" in got["test_code"].structured_content["note"]
+
+
+@pytest.mark.parametrize("path", ["~", "../", "..", "/etc", "docs/../../outside", "link"])
+def test_paths_a_client_names_stay_inside_the_server_s_root(tmp_path, path):
+    """A corpus or tests path outside the root is refused (no index file is written there); a symlink out of
+    the root counts as outside; `~` is a name inside the root, never the server user's home."""
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (root / "link").symlink_to(tmp_path / "outside")
+    got: dict[str, Any] = {}
+
+    async def talk(client: Client) -> None:
+        got["corpus"] = await client.call_tool("research", {"question": "Where?", "corpus": path})
+        got["tests"] = await client.call_tool("refine", {"task": "t", "tests": f"{path.rstrip('/')}/t.py"})
+
+    serve(root, [], talk, "--root", str(root))
+    for result in got.values():
+        said = text(result)
+        assert result.is_error and "Traceback" not in said, said
+        assert (f"{root}/~" in said) if path == "~" else ("outside the server's root" in said), said
+    assert not list(tmp_path.rglob(".reflexa-index*")) or all(p.is_relative_to(root) for p in
+                                                              tmp_path.rglob(".reflexa-index*"))
+
+
+def test_a_backtracking_regex_ends_in_time_and_another_call_is_answered_meanwhile(tmp_path):
+    """`(a|aa)+$` on 60 characters would hold `re` for hours: the search stops at its limit (a TIMEOUT
+    note). A long check (sleep) in one call does not hold up another call: `runs` answers first."""
+    order: list[str] = []
+    got: dict[str, Any] = {}
+    slow = "```\n" + "a" * 60 + "!\n```"
+
+    async def talk(client: Client) -> None:
+        got["regex"] = await client.call_tool("refine", {"task": "t", "regex": r"(a|aa)+$"})
+
+        async def long_check() -> None:
+            got["slow"] = await client.call_tool("refine", {"task": "Write add(a, b).", "check": "sleep 8"})
+            order.append("refine")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(long_check)
+            await anyio.sleep(1)
+            got["runs"] = await client.call_tool("runs", {"limit": 5})
+            order.append("runs")
+
+    serve(tmp_path, [slow, ADD], talk, "--max-attempts", "1")
+    assert got["regex"].structured_content["passed"] is False
+    assert "took longer than" in got["regex"].structured_content["note"]
+    assert order == ["runs", "refine"] and not got["runs"].is_error
+
+
+def test_a_killed_server_leaves_no_scratch_folder(tmp_path):
+    """SIGKILL in the middle of a client's check: the watchdog removes every scratch folder the server made."""
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "replies.json").write_text(json.dumps([ADD]))
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "refine", "arguments": {
+        "task": "Write add(a, b).", "check": "sleep 60"}}}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reflexa.cli", "mcp", "--model", f"scripted:{tmp_path / 'replies.json'}",
+         "--trace", str(tmp_path / "trace.db")], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    try:
+        server.stdin.write("".join(json.dumps(m) + "\n" for m in [*HELLO, call]))
+        server.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not list(scratch.glob("reflexa-mcp-*/reflexa-sandbox-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(scratch.glob("reflexa-mcp-*/reflexa-sandbox-*")), "the check never started"
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        deadline = time.monotonic() + 30
+        while list(scratch.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(scratch.iterdir()) == []
+    finally:
+        server.kill()

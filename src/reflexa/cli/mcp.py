@@ -3,6 +3,7 @@ run a client starts; a client cannot name a budget of its own."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 from .common import clean_errors
@@ -14,6 +15,8 @@ def _mcp(
     reflector_model: ReflectorOpt = None,
     trace: TraceOpt = None,
     max_attempts: Annotated[int | None, option("N", "refine's attempts at most (default 3).", min=1)] = None,
+    root: Annotated[Path | None, option("DIR", "The folder every path a client names must be inside (default: "
+                                        "the current directory).", names=("--root",), path=True)] = None,
     budget: dict[str, Any] | None = None,
 ) -> None:
     """Serve reflexa to an MCP client over stdio: tools refine, research, runs and show (docs/mcp.md). Every
@@ -21,7 +24,8 @@ def _mcp(
     with clean_errors():
         from ..mcp import serve
 
-        serve(model=model, reflector_model=reflector_model, trace=trace, max_attempts=max_attempts, **(budget or {}))
+        serve(model=model, reflector_model=reflector_model, trace=trace, max_attempts=max_attempts, root=root,
+              **(budget or {}))
 
 
 mcp_command = with_flags(_mcp, budget_flags("each run a client starts"), into="budget")

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..structured import Message, Text300, json_document
 from ..types import ErrorCode, Role, Signal, Status, Verdict, cap, fence_untrusted
 from .patterns import PatternTimeout, compile_pattern, search
-from .sandbox import ExecResult, Limits, Sandbox
+from .sandbox import ExecResult, Limits, Sandbox, hidden_in_every_run
 
 WIRE_ENV = "REFLEXA_WIRE_FD"
 """The environment variable naming the wire's descriptor in a script check's judge and candidate processes."""
@@ -111,6 +111,7 @@ def redact_secrets(text: str, extra: Iterable[str] = ()) -> str:
 
 
 def _redacted(signal: Signal, extra: Iterable[str] = ()) -> Signal:
+    extra = [*extra, *(value for folder in hidden_in_every_run() for value in _dotenv_secrets(folder))]
     message, evidence = redact_secrets(signal.message, extra), redact_secrets(signal.evidence, extra)
     if message == signal.message and evidence == signal.evidence:
         return signal

@@ -282,10 +282,28 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
+_HIDDEN_IN_EVERY_RUN: list[Path] = []
+
+
+def hide_in_every_run(*folders: Path) -> None:
+    """Hide `folders` (as /tmp is hidden) from every sandboxed run this process starts from now on, and redact
+    the secrets their .env files assign from every check's output: what a server keeps from its clients'
+    checks (its own folder, its root). Needs the mount namespace (`Sandbox.isolation` names it)."""
+    for folder in folders:
+        path = Path(os.path.realpath(folder))
+        if path not in _HIDDEN_IN_EVERY_RUN:
+            _HIDDEN_IN_EVERY_RUN.append(path)
+
+
+def hidden_in_every_run() -> tuple[Path, ...]:
+    """The folders `hide_in_every_run` hides."""
+    return tuple(_HIDDEN_IN_EVERY_RUN)
+
+
 def _hidden_dirs(also: tuple[Path, ...] = ()) -> list[Path]:
-    """Existing directories to replace with empty tmpfs mounts (HIDDEN_DIRS, the home directories and
-    `also`), outermost only."""
-    candidates = [*HIDDEN_DIRS, os.environ.get("HOME", ""), *map(str, also)]
+    """Existing directories to replace with empty tmpfs mounts (HIDDEN_DIRS, the home directories, those
+    hidden in every run and `also`), outermost only."""
+    candidates = [*HIDDEN_DIRS, os.environ.get("HOME", ""), *map(str, (*_HIDDEN_IN_EVERY_RUN, *also))]
     with contextlib.suppress(KeyError):
         candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
     found: list[Path] = []

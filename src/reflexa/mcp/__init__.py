@@ -8,6 +8,8 @@ what to install when the SDK is missing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import ConfigError
 
 INSTALL_HINT = "pip install 'reflexa[mcp]'"
@@ -15,9 +17,10 @@ INSTALL_HINT = "pip install 'reflexa[mcp]'"
 
 def serve(*, model: str | None = None, reflector_model: str | None = None, trace: str | None = None,
           max_tokens: int | None = None, max_calls: int | None = None, max_seconds: float | None = None,
-          max_reflections: int | None = None, max_attempts: int | None = None) -> None:
+          max_reflections: int | None = None, max_attempts: int | None = None, root: Path | None = None) -> None:
     """Serve reflexa's tools over stdio until the client closes the connection (`server.serve`), every run
-    within the given budget. A missing MCP SDK is a ConfigError with the install hint, raised before anything
+    within the given budget and every path a client names inside `root` (default: the current directory).
+    A missing MCP SDK is a ConfigError with the install hint, raised before anything
     is read or served."""
     try:
         from . import server
@@ -28,4 +31,5 @@ def serve(*, model: str | None = None, reflector_model: str | None = None, trace
                           hint=INSTALL_HINT) from None
     budget = server.ClientBudget(max_tokens=max_tokens, max_calls=max_calls, max_seconds=max_seconds,
                                  max_reflections=max_reflections, max_attempts=max_attempts)
-    server.serve(model=model, reflector_model=reflector_model, trace=trace, budget=budget)
+    server.serve(model=model, reflector_model=reflector_model, trace=trace, budget=budget,
+                 root=root)

@@ -6,7 +6,11 @@
 - `runs` and `show`: the runs in the trace store, and one run's steps, read-only.
 
 Budgets are the server's own (`ClientBudget`, from its flags): a caller cannot name one, so a client's model cannot
-spend more than whoever started the server allowed. A bad argument is a tool error with one clear line (the
+spend more than whoever started the server allowed. Clients are untrusted (confine.py): every path one names
+resolves inside the server's root, the server's folder and root are hidden from every sandboxed check (their
+.env secrets redacted from what checks say), each regex search is bounded in time, each tool runs in a worker
+thread (a long run never holds up another client's call), and every scratch folder is removed however the
+server ends. A bad argument is a tool error with one clear line (the
 SDK's ToolError), never a traceback. Stdout carries the protocol alone: the Session has no observer (no live
 view), the SDK moves file descriptor 1 to stderr while it serves (what a library or a child process writes
 there cannot corrupt the stream), and `stdout_to_stderr` does the same for Python's own `sys.stdout`.
@@ -15,6 +19,7 @@ there cannot corrupt the stream), and `stdout_to_stderr` does the same for Pytho
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,6 +41,7 @@ from ..loops import Session
 from ..tasks import TaskSpec
 from ..trace.store import RunRecord, Store, shown_status
 from ..types import Result, Step
+from .confine import contained, scratch_home
 
 MAX_RUNS = 100
 """`runs` lists at most this many runs, whatever limit it is given."""
@@ -158,10 +164,23 @@ INSTRUCTIONS = ("reflexa checks each attempt against objective signals and retri
                 "`show` read the stored runs.")
 
 
-def serve(*, model: str | None, reflector_model: str | None, trace: str | None, budget: ClientBudget) -> None:
+def serve(*, model: str | None, reflector_model: str | None, trace: str | None, budget: ClientBudget,
+          root: Path | None = None) -> None:
     """Build the session (its model, reflector and trace store) and serve the tools over stdio until the
-    client closes the connection. A bad model spec or store is a ReflexaError before anything is served."""
-    build_server(open_session(model, reflector_model, trace), budget).run("stdio")
+    client closes the connection, with clients' paths inside `root` (default: the current directory). A bad
+    model spec, store or root is a ReflexaError before anything is served."""
+    from ..evaluate.sandbox import Sandbox, hide_in_every_run
+
+    root = Path(os.path.realpath(root or Path.cwd()))
+    if not root.is_dir():
+        raise ConfigError(f"--root: not a folder: {root}")
+    hide_in_every_run(Path.cwd(), root)
+    if "private-tmp-run-shm-home" not in Sandbox().isolation:
+        print("reflexa mcp: warning: no mount namespace here, so a client's checks can read the server's "
+              "folder (its .env); they see no secret of the server's environment", file=sys.stderr)
+    session = open_session(model, reflector_model, trace)
+    with scratch_home():
+        build_server(session, budget, root=root).run("stdio")
 
 
 def open_session(model: str | None, reflector_model: str | None, trace: str | None) -> Session:
@@ -175,12 +194,13 @@ def open_session(model: str | None, reflector_model: str | None, trace: str | No
                    reflector_model=resolve_reflector(reflector_model, generator))
 
 
-def build_server(session: Session, budget: ClientBudget, *, folder: Path | None = None) -> MCPServer:
-    """An MCPServer with reflexa's tools, running every task in `session` within `budget`. Relative paths a
-    caller gives (a tests file, a corpus) are read against `folder`, by default the current directory."""
+def build_server(session: Session, budget: ClientBudget, *, root: Path | None = None) -> MCPServer:
+    """An MCPServer with reflexa's tools, running every task in `session` within `budget`. Paths a caller
+    gives (a tests file, a corpus) are read against `root` (by default the current directory) and must stay
+    inside it."""
     from .._version import __version__
 
-    tools = Tools(session, budget, (folder or Path.cwd()).resolve())
+    tools = Tools(session, budget, Path(os.path.realpath(root or Path.cwd())))
     app: MCPServer = MCPServer("reflexa", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
                                lifespan=stdout_to_stderr)
     app.tool(annotations=WRITES)(tools.refine)
@@ -216,7 +236,7 @@ def tool_errors() -> Iterator[None]:
 TaskArg = Annotated[str, Field(description="What to produce: the task, as you would give it to a programmer.")]
 TestsArg = Annotated[str | None, Field(
     description="pytest tests that import the candidate from module `solution` (or the `out` file's module): "
-                "their source text, or the path of a .py file on the server's machine.")]
+                "their source text, or the path of a .py file inside the server's root.")]
 TestCodeArg = Annotated[str | None, Field(
     description="Python run after the candidate in one interpreter, e.g. `assert add(2, 3) == 5`.")]
 CheckArg = Annotated[str | None, Field(
@@ -227,7 +247,7 @@ OutArg = Annotated[str | None, Field(
                 "Nothing is written on the server's machine.")]
 QuestionArg = Annotated[str, Field(description="The question to answer.")]
 CorpusArg = Annotated[str, Field(
-    description="A folder of .md, .txt and .html documents on the server's machine (indexed on the fly).")]
+    description="A folder of .md, .txt and .html documents inside the server's root (indexed on the fly).")]
 LimitArg = Annotated[int, Field(ge=1, description=f"How many runs, newest first (at most {MAX_RUNS}).")]
 RunIdArg = Annotated[str, Field(description="A run id, or a unique prefix of one.")]
 
@@ -235,8 +255,8 @@ RunIdArg = Annotated[str, Field(description="A run id, or a unique prefix of one
 class Tools:
     """The tools' bodies: each builds a task spec, runs it in the shared session and returns plain data."""
 
-    def __init__(self, session: Session, budget: ClientBudget, folder: Path) -> None:
-        self.session, self.budget, self.folder = session, budget, folder
+    def __init__(self, session: Session, budget: ClientBudget, root: Path) -> None:
+        self.session, self.budget, self.root = session, budget, root
 
     def refine(self, task: TaskArg, tests: TestsArg = None, test_code: TestCodeArg = None, check: CheckArg = None,
                regex: RegexArg = None, out: OutArg = None) -> RefineReply:
@@ -257,11 +277,11 @@ class Tools:
         """Answer `question` from the documents in the folder `corpus`: every claim cites a passage [n] or is
         marked [UNCERTAIN: ...]; it passes when the citation audit does."""
         with tool_errors():
-            folder = self._path(corpus)
+            folder = contained(self.root, corpus, "corpus")
             if not folder.is_dir():
                 raise ConfigError(f"corpus: not a folder on the server's machine: {folder}")
             result = self._run("research", {"task": question, "corpus": str(folder), "search": "local"},
-                               self.folder)
+                               self.root)
         return ResearchReply(answer=result.output, citations=citations(result), passed=result.passed,
                              stop_reason=result.stop_reason.value, usage=spent(result), run_id=result.run_id,
                              note=note(result))
@@ -290,16 +310,11 @@ class Tools:
                               where=f"invalid {loop} arguments")
         return spec.resolved(workdir).run(self.session)
 
-    def _path(self, given: str) -> Path:
-        """A path a caller gave, read against the server's folder (`~` is the server user's home)."""
-        path = Path(given.strip()).expanduser()
-        return path if path.is_absolute() else self.folder / path
-
     def _tests(self, tests: str, scratch: Path, out: str | None) -> str:
         """The tests file: a one-line .py name is a path on the server's machine; anything else is pytest
         source, written into the call's scratch folder."""
         if "\n" not in tests.strip() and tests.strip().endswith(".py"):
-            return str(self._path(tests))
+            return str(contained(self.root, tests, "tests"))
         module = Path(out or "solution.py").stem
         path = scratch / f"test_{module}.py"
         path.write_text(tests, encoding="utf-8")
