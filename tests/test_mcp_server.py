@@ -286,7 +286,8 @@ def test_a_client_s_checks_cannot_read_the_server_s_folder_or_its_secrets(server
         got["check"] = await client.call_tool("refine", {"task": "Write add(a, b).",
                                                          "check": f"cat {env_file} ../.env; exit 1"})
         got["tests"] = await client.call_tool("refine", {
-            "task": "Write add(a, b).", "tests": f"import solution\n\n\ndef test_x():\n    assert False, open({env_file!r}).read()\n"})
+            "task": "Write add(a, b).", "tests": f"import solution\n\n\ndef test_x():\n"
+                     f"    assert False, open({env_file!r}).read()\n"})
 
     serve(server_folder, [ADD] * 3, talk, "--max-attempts", "1")
     for name, result in got.items():
