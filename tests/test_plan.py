@@ -292,27 +292,28 @@ def test_a_resumed_plan_s_time_budget_counts_its_finished_units():
     import time
 
     class Killed(BaseException):
-        pass
-
-    kill = {"on": True}
+        """Stands in for the process dying while unit two asks its model."""
 
     @tool
     def slow(key: str) -> str:
         """A slow lookup."""
-        if key == "two" and kill["on"]:
-            raise Killed
         time.sleep(1.0)
         return f"value of {key}"
+
+    class Dying(ScriptedModel):
+        def _generate(self, messages, *args, **kwargs):
+            if len(self.prompts) == 2:  # the third call: unit two's first step
+                raise Killed
+            return super()._generate(messages, *args, **kwargs)
 
     chain = tree(sub("one"), sub("two", depends_on=["one"]), sub("three", depends_on=["two"]))
     replies = [act("slow", key="one"), final("1"), act("slow", key="two"), final("2"), act("slow", key="three"),
                final("3")]
     store = MemoryStore()
     with pytest.raises(Killed):
-        plan("g", [slow], tree=chain, session=Session(model=ScriptedModel(replies), store=store), replan=False,
+        plan("g", [slow], tree=chain, session=Session(model=Dying(replies), store=store), replan=False,
              budget=Budget(max_seconds=1.6))
     (killed,) = [r for r in store.runs(10) if r.loop == "plan"]
-    kill["on"] = False
     resumed = plan("g", [slow], tree=chain, session=Session(model=ScriptedModel(replies[2:]), store=store),
                    replan=False, budget=Budget(max_seconds=1.6), resume=killed.run_id)
     # As without the kill: one takes a second of the 1.6, so two (a second more) runs out of time and three

@@ -908,3 +908,26 @@ def test_a_resumed_run_keeps_counting_the_same_failing_call(tmp_path):
     assert state["calls"] == 2
     result = run(ScriptedModel([act("lookup", key="a") for _ in range(8)]), resume=SQLiteStore(path).runs()[0].run_id)
     assert result.stop_reason is StopReason.NO_PROGRESS and state["calls"] == 3
+
+
+def test_an_argument_value_nothing_read_holds_is_shown_as_a_guess_until_a_tool_shows_it():
+    """The model calls harvests_of_bed('B-07') before any tool named a bed: the next prompt says B-07 is a
+    guess. Once beds_growing lists B-07, it is no longer one."""
+    @tool
+    def beds_growing(crop: str) -> str:
+        """Beds growing a crop."""
+        return "B-07 (zone north), B-11 (zone south)"
+
+    @tool
+    def harvests_of_bed(bed_ref: str) -> str:
+        """Harvests of a bed."""
+        return "week 32: 3.1 kg"
+
+    model = ScriptedModel([act("harvests_of_bed", bed_ref="B-07"), act("beds_growing", crop="strawberry"),
+                           act("harvests_of_bed", bed_ref="B-11"), final("2")])
+    react("How many harvests did the beds growing strawberry give?", [beds_growing, harvests_of_bed],
+          session=Session(model=model), max_steps=5)
+    shown = [messages[-1]["content"] for messages in model.prompts]
+    assert "guesses" not in shown[0]
+    assert "(guesses, until a tool shows them): B-07" in shown[1]
+    assert "guesses" not in shown[2] and "guesses" not in shown[3]  # read since, and B-11 was read first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,9 @@ class ReactState(Serial):
     checkpoint, so a run killed between the step and that decision redoes the decision on resume instead
     of losing it (a rule repair, a lesson, a stop). A redone reflection finds its lesson in the experience
     library, or calls the reflector again within the quota that already counts the first call."""
+    read: list[str] = field(default_factory=list)
+    """The words of every tool output so far (lower case): an argument value none of them, nor the goal and
+    the tools' own text, holds is a guess (Workspace.guesses)."""
     rejected: list[str] = field(default_factory=list)
     """Final answers the validator rejected (case and spacing aside): one given again is refused as such,
     without asking the validator, so the model hears that it is a repeat."""
@@ -208,6 +212,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
     if (failure := s.undecided) is not None and (stop := _decide(ep, s, failure, tools)) is not None:
         return stop
     schema = prompts.action_schema(tools.registry)
+    given = words(" ".join([s.workspace.task, *s.workspace.memory, tools.registry.describe(),
+                            tools.registry.context()]))
     while s.step < ep.bound:
         s.step += 1
         chosen = _next_action(ep, s, tools, schema, sampling)
@@ -243,6 +249,8 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         bad = engine.gate(s.step, signals)
         if observation.ok:  # tool data even when the step raised a signal: a long output's ends, say
             ws.add_fact(f"{action} -> {observation.output}")
+        if isinstance(chosen.action, ToolCall) and observation.ok:
+            _note_guesses(s, chosen.action, observation.output, given)
         if bad and s.step < ep.bound:  # with no step left, a repair or a lesson would go unused
             s.undecided = Undecided(bad[0], action, observation.shown(), _facts(observation, s, action, tools),
                                     chosen.action)
@@ -250,6 +258,28 @@ def _steps(ep: Episode, s: ReactState, tools: ToolSession, validator: Validator 
         if (failure := s.undecided) is not None and (stop := _decide(ep, s, failure, tools)) is not None:
             return stop
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+READ_WORDS = 20_000
+"""Distinct words of tool output kept for telling a guessed argument from a read one."""
+
+
+def words(text: str) -> set[str]:
+    """The lower-case words of a text as an argument value would be written: ids like B-07, dates, numbers."""
+    return {w.strip(".-/:") for w in re.findall(r"[\w.\-/:]+", text.lower())} - {""}
+
+
+def _note_guesses(s: ReactState, call: ToolCall, output: str, given: set[str]) -> None:
+    """After a call that worked: mark its guessed values (a short single-word value, or a number, that
+    neither the goal, the tools' text nor any earlier output holds) in the workspace, then learn its output's
+    words. A failed call needs no mark: its error says what is wrong. A guess may be right, and only a tool's
+    output can say so."""
+    read = given | set(s.read)
+    guessed = [str(v) for v in call.args.values() if not isinstance(v, bool) and isinstance(v, (str, int, float))
+               and 0 < len(str(v).strip()) <= 40 and " " not in str(v).strip()
+               and str(v).strip().lower().strip(".-/:") not in read]
+    s.read = sorted(set(s.read) | words(output))[:READ_WORDS]
+    s.workspace.note_guesses(guessed, given | set(s.read))
 
 
 def _decide(ep: Episode, s: ReactState, failure: Undecided, tools: ToolSession) -> Stop | None:

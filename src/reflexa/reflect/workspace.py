@@ -16,6 +16,8 @@ WINDOW = 4
 POLICY_SLOTS = 3
 """Corrections from lessons, injected into the next prompt; the oldest drops out."""
 FACT_CHARS = 200
+GUESS_SLOTS = 3
+"""Guessed argument values shown at most (the latest)."""
 MEMORY_CARDS = FACT_CARDS
 """Facts handed in from outside the run (a plan's global memory), under the same caps as fact cards; the
 run's own facts never push them out."""
@@ -32,6 +34,9 @@ class Workspace:
     """An action a lesson forces as the next step: {"tool": ..., "args": {...}}."""
     memory: list[str] = field(default_factory=list)
     """Facts from outside the run (a plan's request and finished sub-goals): MEMORY_CARDS at most."""
+    guesses: list[str] = field(default_factory=list)
+    """Argument values the agent passed that neither the goal nor any tool output held: guesses, shown as
+    such until a tool's output holds them (GUESS_SLOTS at most)."""
 
     def remember(self, facts: list[str]) -> None:
         """Take in outside facts, first ones first: beyond MEMORY_CARDS the rest are left out."""
@@ -44,6 +49,11 @@ class Workspace:
         fact = cap_ends(" ".join(text.split()), FACT_CHARS)  # "action -> output": the output comes last
         if fact and fact not in self.facts:
             self.facts = [*self.facts, fact][-FACT_CARDS:]
+
+    def note_guesses(self, values: list[str], read: set[str]) -> None:
+        """Add the values a call guessed, and drop those that what has been read (`read`, lower case) holds."""
+        kept = [g for g in [*self.guesses, *values] if g.lower() not in read]
+        self.guesses = list(dict.fromkeys(kept))[-GUESS_SLOTS:]
 
     def add_step(self, step: dict[str, Any], *, fixes: str = "") -> None:
         """A step enters the window. One that fixed an earlier failure (`fixes` names the failed action)
@@ -64,6 +74,9 @@ class Workspace:
         if self.facts:
             # A fact is "action -> output": tool output, so data like the window's, never instructions.
             parts.append("Facts:\n" + "\n".join(f"- <<<{fence_untrusted(f)}>>>" for f in self.facts))
+        if self.guesses:
+            parts.append("Values you passed that neither the goal nor any tool output holds (guesses, until a "
+                         "tool shows them): " + ", ".join(fence_untrusted(cap(g, 60)) for g in self.guesses))
         if self.policies:
             parts.append("Corrections from earlier failures (follow them):\n" + "\n".join(self.policies))
         if self.window:
