@@ -211,11 +211,45 @@ def test_ungrounded_lesson_is_discarded():
     assert result.passed and result.counters["lessons_discarded"] == 1
 
 
-def test_truncated_generator_reply_still_yields_a_candidate():
-    model = ScriptedModel(["Plan: go\n```python\n" + "x = 1\n" * 200, LESSON, answer("good")])
+def test_a_reply_cut_at_its_cap_is_asked_again_shorter_and_never_reflected_on():
+    """A reply cut inside its code is REPLY_CUT: not checked, no lesson, the next attempt told to be shorter."""
+    checked: list[str] = []
+
+    class Counting(Expect):
+        def run(self, candidate, context):
+            checked.append(candidate)
+            return super().run(candidate, context)
+
+    model = ScriptedModel(["Plan: go\n```python\n" + "x = 1\n" * 200, answer("good")])
+    store = MemoryStore()
+    result = refine("task", [Counting("good")], max_reply_tokens=40, session=Session(model=model, store=store))
+    assert result.stop_reason is StopReason.PASSED and checked == ["good"] and len(model.prompts) == 2
+    assert "cut off at 40 tokens" in model.prompts[1][-1]["content"]
+    verdicts = [s.payload().verdict for s in store.steps(result.run_id) if s.kind == "verdict"]
+    assert verdicts[0].failing[0].code is ErrorCode.REPLY_CUT
+    assert result.counters["reflector_calls"] == 0 and result.counters["rule_repairs"] == 1
+
+
+def test_a_reply_whose_code_ended_before_the_cap_is_checked_as_it_is():
+    model = ScriptedModel([answer("good") + "\nThis works because " + "it is right. " * 100])
     result = refine("task", [Expect("good")], max_reply_tokens=40, session=Session(model=model))
-    assert result.stop_reason is StopReason.PASSED
-    assert model.prompts[2][-1]["content"].count("x = 1") > 5
+    assert result.stop_reason is StopReason.PASSED and len(model.prompts) == 1
+
+
+def test_the_reply_cap_is_set_from_the_command_line_and_stored_in_the_spec(tmp_path):
+    from typer.testing import CliRunner
+
+    from reflexa import SQLiteStore
+    from reflexa.cli.app import app
+
+    (tmp_path / "r.json").write_text(json.dumps(["```\n" + "x = 1\n" * 100, "```\nGOOD\n```"]))
+    done = CliRunner().invoke(app, ["refine", "say GOOD", "--regex", "GOOD", "--max-reply-tokens", "32", "--model",
+                                    f"scripted:{tmp_path / 'r.json'}", "--trace", str(tmp_path / "t.db")])
+    assert done.exit_code == 0, done.output
+    store = SQLiteStore(tmp_path / "t.db")
+    assert store.runs(1)[0].meta["spec"]["max_reply_tokens"] == 32
+    bad = CliRunner().invoke(app, ["refine", "t", "--regex", "x", "--max-reply-tokens", "3"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
 
 
 def test_reply_without_a_fence_is_the_candidate():

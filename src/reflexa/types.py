@@ -85,6 +85,9 @@ class ErrorCode(StrEnum):
     """The tests did not run to the end: the process exited early or left no harness report."""
     TAMPERED = "TAMPERED"
     """The candidate changed the test apparatus: the test file, pytest's internals, or test outcomes."""
+    REPLY_CUT = "REPLY_CUT"
+    """The model's reply reached its token cap before its answer ended: nothing wrong with the code to learn,
+    only a shorter reply to ask for."""
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-f]+\b|\d+(\.\d+)?")

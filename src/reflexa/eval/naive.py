@@ -90,9 +90,9 @@ def run_naive(name: str, spec: TaskSpec, session: Session, meta: dict[str, Any])
                       details={"visible": passed_checks})
 
 
-def _attempt(run: Run, messages: list[Message], iteration: int) -> tuple[str, str] | None:
-    """(reply, candidate), recorded; None when the budget is spent."""
-    reply = run.call(Role.GENERATOR, messages)
+def _attempt(run: Run, spec: TaskSpec, messages: list[Message], iteration: int) -> tuple[str, str] | None:
+    """(reply, candidate), recorded; None when the budget is spent. The reply has refine's cap."""
+    reply = run.call(Role.GENERATOR, messages, max_tokens=spec.max_reply_tokens)
     if reply is None:
         return None
     plan, candidate = split_reply(reply.text)
@@ -104,7 +104,7 @@ def _test_driven(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | No
     messages: list[Message] = [{"role": "user", "content": spec.task}]
     candidate = None
     for iteration in range(1, (spec.max_attempts or ATTEMPTS) + 1):
-        made = _attempt(run, messages, iteration)
+        made = _attempt(run, spec, messages, iteration)
         if made is None:
             return candidate, False, iteration - 1
         text, candidate = made
@@ -123,7 +123,7 @@ def _cookbook(run: Run, spec: TaskSpec, visible: list[Any]) -> tuple[str | None,
     candidate = None
     for iteration in range(1, (spec.max_attempts or ATTEMPTS) + 1):
         context = ("\n\nPrevious attempts:\n" + "\n".join(memory)) if memory else ""
-        made = _attempt(run, [{"role": "user", "content": spec.task + context}], iteration)
+        made = _attempt(run, spec, [{"role": "user", "content": spec.task + context}], iteration)
         if made is None:
             return candidate, False, iteration - 1
         candidate = made[1]

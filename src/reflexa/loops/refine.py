@@ -8,13 +8,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
-from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, run_checks
+from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, run_checks, verdict_from
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..reflect.repairs import AttemptKind, RepairKind, failure_class
 from ..runtime import Stop
 from ..types import (
     Budget,
+    ErrorCode,
     Lesson,
     Payload,
     Result,
@@ -124,6 +125,8 @@ class RefineState(Serial):
     repairing: tuple[str, RepairKind, int] | None = None
     """The next attempt's repair, for the session's repair policy to record: failure class, repair, and the
     run's tokens before it."""
+    cut_at: int = 0
+    """The token cap the last reply was cut at (REPLY_CUT), told to the next attempt; 0 when it was not cut."""
 
     def outcome(self, episode: Episode) -> Outcome:
         total = episode.run.meter.total.total_tokens
@@ -198,6 +201,16 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         _record_repair(ep, s, converted=not failing)
         if not failing:
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
+        if failing[0].code is ErrorCode.REPLY_CUT:  # nothing to learn about the code: ask for a shorter reply
+            if s.attempts == ep.bound:
+                break
+            outcome = engine.handle(failing[0], task=s.task, facts=[], action=candidate, snippet="",
+                                    rule_facts=Facts(retryable=False))
+            if outcome.stop is not None:
+                return Stop(outcome.stop, outcome.reason)
+            s.cut_at, s.revising = reply_tokens, None
+            ep.checkpoint(s)
+            continue
         klass = failure_class(failing[0], kind)
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if s.resampled or s.attempts == ep.bound:
@@ -269,12 +282,14 @@ def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context
     run = ep.run
     sampled, s.sample_next = s.sample_next, False
     attempt_at = time.time()  # the attempt step spans its model call and the parsing of the reply
-    reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context),
+    note = prompts.SHORTER.format(tokens=s.cut_at) if s.cut_at else ""
+    reply = run.call(Role.GENERATOR, prompts.messages(s.task, s.lessons, s.revising, s.history, context, note),
                      max_tokens=reply_tokens, temperature=RESAMPLE_TEMPERATURE if sampled else temperature,
                      seed_offset=s.samples)
     s.samples += sampled
     if reply is None:
         return None
+    s.cut_at = 0
     plan_text, candidate = prompts.split_reply(reply.text)
     s.attempts, s.recent = s.attempts + 1, [*s.recent[1 - RECENT:], candidate]
     run.record(Attempt(s.attempts, s.revising is not None, plan_text, candidate), Role.GENERATOR,
@@ -283,6 +298,9 @@ def _attempt(ep: Episode, s: RefineState, checks: Sequence[Check], check_context
     stored = run.stored(Checked.KIND)  # a resumed run reads a stored verdict back, never checks again
     if isinstance(stored, Checked):
         verdict = stored.verdict
+    elif prompts.cut_off(reply.text, reply.truncated):  # a half-written candidate is not worth checking
+        verdict = verdict_from([Signal("reply", False, ErrorCode.REPLY_CUT, f"the reply was cut off at "
+                                       f"{reply_tokens} tokens before its code ended", score=0.0)])
     else:
         run.status("running checks")
         verdict = run_checks(checks, candidate, check_context)

@@ -65,11 +65,26 @@ def full_history(task: str, lessons: list[Lesson], history: list[tuple[str, str]
     return messages
 
 
+SHORTER = ("Your previous reply was cut off at {tokens} tokens, before its code ended. Reply with the code "
+           "alone, complete and shorter: no explanation, no examples.")
+"""Appended to the next attempt's prompt after a reply cut at its token cap (REPLY_CUT)."""
+
+
+def cut_off(text: str, truncated: bool) -> bool:
+    """Whether a reply the model ended at its token cap (`truncated`) was cut inside its answer: no fenced
+    block was closed. A reply whose block closed before the cap holds a whole candidate."""
+    return truncated and _FENCE.search(text) is None
+
+
 def messages(task: str, lessons: list[Lesson], revising: tuple[str, str] | None,
-             history: list[tuple[str, str]], context: str) -> list[Message]:
+             history: list[tuple[str, str]], context: str, note: str = "") -> list[Message]:
     """The generator's prompt for the next attempt: a revision shows how the latest candidate failed
     (`feedback`), that candidate too (`latest`) or every earlier attempt (`full`); a fresh start (after a
-    FAIL, or a sampled attempt) shows the task and the lessons, whatever the context strategy."""
+    FAIL, or a sampled attempt) shows the task and the lessons, whatever the context strategy. `note` ends
+    the last message (SHORTER)."""
+    if note:
+        given = messages(task, lessons, revising, history, context)
+        return [*given[:-1], {**given[-1], "content": f"{given[-1]['content']}\n\n{note}"}]
     if revising is None:
         return fresh(task, lessons)
     if context == "feedback":

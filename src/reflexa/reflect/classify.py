@@ -35,10 +35,10 @@ class Route(StrEnum):
 class Repair:
     """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
 
-    kind: str  # "retry" | "args" | "page" | "notice" | "search" | "revise"
+    kind: str  # "retry" | "args" | "page" | "notice" | "search" | "revise" | "shorter"
     """retry the same call; call with `args` instead (they replace the failing call's arguments); show the
     next page; point out a repeated call (its result is in the facts); search for a named gap; revise with
-    the signal's feedback."""
+    the signal's feedback; ask again for a shorter reply (the last one was cut at its token cap)."""
     args: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -107,6 +107,9 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
                               Repair("notice"))
     if code is ErrorCode.GAP:
         return Classification(Route.RULE, "a named gap: search for it", Repair("search"))
+    if code is ErrorCode.REPLY_CUT:
+        return Classification(Route.RULE, "the reply was cut at its token cap: ask for a shorter one",
+                              Repair("shorter"))
     if signal.pinpointed:
         # Such a signal says what a lesson would, whatever check wrote it. On the default model a lesson on a
         # failing assert that names the value converts no more HumanEval problems than the signal alone, for

@@ -40,7 +40,7 @@ COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_token
 TOOLS = frozenset({"db", "write", "validate_", "tools", "mcp", "approve"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
     "refine": frozenset({"checks", "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
-                          "repairs"}),
+                          "repairs", "max_reply_tokens"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
@@ -90,6 +90,9 @@ class TaskSpec(BaseModel):
     """The temperature of each attempt (0: greedy)."""
     seed: int | None = None
     """The sampling seed at a temperature above 0 (default: the model's, 0)."""
+    max_reply_tokens: int = Field(default=512, ge=16, le=32_768)
+    """Tokens each attempt's reply may take; a reply cut there before its code ends is a REPLY_CUT failure,
+    repaired by asking for a shorter one."""
     repairs: Repairs = "fixed"
     """How a failed attempt is repaired: by the fixed rule (revise it; after a failed revision, a fresh sample),
     by revising every time (a revision that repeats itself gets one fresh sample; the fixed rule's ablation),
