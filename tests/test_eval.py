@@ -546,3 +546,31 @@ def test_the_tutorial_baselines_refuse_a_task_that_asks_for_approval(tmp_path):
     spec = TaskSpec.parse({"loop": "react", "task": "x", "tools": [str(tools)], "approve": "defer"})
     with pytest.raises(ConfigError, match="take no approval"):
         _tutorial(None, spec, [])
+
+
+def test_compute_weighs_each_role_s_tokens_by_its_model_s_size():
+    """2 × parameters × tokens per role: the reflector's tokens on a 1.5B model cost three times the 0.5B
+    generator's. A row whose model has no known size has none, and the report then has no compute column."""
+    from reflexa import ScriptedModel, Session
+    from reflexa.eval.report import columns, summarise
+    from reflexa.eval.runner import compute
+    from reflexa.loops import refine
+    from reflexa.types import Role
+
+    generator = ScriptedModel(["```\nBAD\n```", "```\nGOOD\n```"], parameters=0.5)
+    reflector = ScriptedModel([LESSON], parameters=1.5)
+    session = Session(model=generator, reflector_model=reflector)
+    result = refine("say GOOD", lambda c: c.strip() == "GOOD" or "not GOOD", session=session)
+    gen, ref = (result.usage[role].total_tokens for role in (Role.GENERATOR, Role.REFLECTOR))
+    assert ref > 0 and compute(result, session) == pytest.approx(2 * (0.5 * gen + 1.5 * ref) / 1000)
+    assert compute(result, Session(model=ScriptedModel([]))) is None
+
+    row = {"task": "t", "passed": True, "visible": True, "first_passed": None, "tokens": 100, "calls": 1,
+           "seconds": 1.0, "stop_reason": "PASSED", "citations": None}
+    known = summarise([{**row, "strategy": "a", "tflops": 0.2}, {**row, "task": "u", "strategy": "a", "tflops": 0.4}],
+                      ["a"], [])
+    assert known["strategies"]["a"]["tflops_per_task"] == pytest.approx(0.3)
+    assert ("tflops_per_task", "TFLOP\n/task") in columns(known)
+    unknown = summarise([{**row, "strategy": "a", "tflops": None}], ["a"], [])
+    assert "tflops_per_task" not in unknown["strategies"]["a"] and ("tflops_per_task", "TFLOP\n/task") not in \
+        columns(unknown)

@@ -89,6 +89,10 @@ class SharedCalls(Model):
         self.inner, self.cache, self.ledger = inner, cache, ledger
         self.name, self.spec, self.seed = inner.name, inner.spec, inner.seed
 
+    @property
+    def parameters(self) -> float | None:
+        return self.inner.parameters
+
     def reseeded(self, seed: int) -> Model:
         twin = copy.copy(self)  # the same cache and ledger
         twin.inner, twin.seed = self.inner.reseeded(seed), seed

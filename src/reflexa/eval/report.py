@@ -63,8 +63,18 @@ def _strategy(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_solved": round(tokens / solved, 1) if solved else None,
         "calls_per_task": round(sum(r["calls"] for r in rows) / len(rows), 2) if rows else None,
         "seconds_per_solved": round(seconds / solved, 2) if solved else None,
+        **_compute([r.get("tflops") for r in rows], solved),
         **_citations([r["citations"] for r in rows if r.get("citations")]),
     }
+
+
+def _compute(tflops: list[float | None], solved: int) -> dict[str, Any]:
+    """Compute per task and per solved task (TFLOP), when every row knows its models' sizes."""
+    if not tflops or any(t is None for t in tflops):
+        return {}
+    total = sum(t for t in tflops if t is not None)
+    return {"tflops_per_task": round(total / len(tflops), 3),
+            "tflops_per_solved": round(total / solved, 3) if solved else None}
 
 
 def _citations(found: list[dict[str, int]]) -> dict[str, Any]:
@@ -100,18 +110,21 @@ that first attempt, passed the visible checks but not the score, tokens per task
 calls per task, wall seconds per solved task."""
 FIRST_ATTEMPT = ("first_solved", "fail_to_pass", "pass_to_fail")
 """refine's columns: the first attempt's outcome and what the later attempts changed."""
+COMPUTE_COLUMNS = (("tflops_per_task", "TFLOP\n/task"), ("tflops_per_solved", "TFLOP\n/solved"))
+"""Added when every row knows its models' sizes: 2 × parameters × tokens, summed over the roles' models."""
 CITATION_COLUMNS = (("citation_precision", "cite\nprecision"), ("citation_recall", "cite\nrecall"))
 """Added when the tasks' scores list citations: right / cited (with the counts), right / gold."""
 
 
 def columns(report: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The report's columns: COLUMNS (without the first attempt's when no strategy ran a refine task), and
-    CITATION_COLUMNS when a strategy has citation figures."""
+    """The report's columns: COLUMNS (without the first attempt's when no strategy ran a refine task),
+    COMPUTE_COLUMNS when a strategy has compute figures, and CITATION_COLUMNS when one has citation figures."""
     strategies = report["strategies"].values()
     firsts = any(s["first_solved"] is not None for s in strategies)
+    flops = any("tflops_per_task" in s for s in strategies)
     cites = any("citations" in s for s in strategies)
     return tuple(column for column in COLUMNS if firsts or column[0] not in FIRST_ATTEMPT) + (
-        CITATION_COLUMNS if cites else ())
+        COMPUTE_COLUMNS if flops else ()) + (CITATION_COLUMNS if cites else ())
 
 
 def cell(s: dict[str, Any], key: str) -> str:

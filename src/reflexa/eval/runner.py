@@ -135,6 +135,7 @@ def _row(config: EvalConfig, task: EvalTask, strategy: Strategy, budget: int | N
     return {"batch": config.eval_id, "key": row_key(task.id, strategy.name), "task": task.id,
             "strategy": strategy.name, "loop": task.spec.loop, "passed": passed, "visible": outcome.visible,
             "first_passed": first, "tokens": outcome.tokens, "calls": outcome.calls, "seconds": round(seconds, 3),
+            "tflops": round(outcome.tflops, 4) if outcome.tflops is not None else None,
             "stop_reason": outcome.stop_reason, "samples": outcome.samples, "run_ids": outcome.run_ids,
             "shared_calls": ledger.calls, "citations": citations(task, outcome.answer),
             "answer": (outcome.answer or "")[:ANSWER_CHARS], "error": outcome.error, "meta": task.spec.meta}
@@ -152,13 +153,16 @@ class StrategyRun:
     first_visible: bool = False
     tokens: int = 0
     calls: int = 0
+    tflops: float | None = 0.0
+    """The model calls' compute (`compute`); None when a model's size is unknown."""
     stop_reason: str = ""
     samples: int = 0
     run_ids: list[str] = field(default_factory=list)
     error: str | None = None
 
-    def add(self, result: Result) -> None:
+    def add(self, result: Result, session: Session) -> None:
         self.tokens += result.total_usage.total_tokens
+        self.tflops = _sum(self.tflops, compute(result, session))
         # Model calls: a search is a call of the search role, and one the store has cached (from another
         # strategy's run on the same task) is not made again, so searches are not counted.
         self.calls += sum(usage.calls for role, usage in result.usage.items() if role != Role.SEARCH)
@@ -168,9 +172,30 @@ class StrategyRun:
     def then(self, sample: StrategyRun) -> None:
         """A resample's next sample: its cost adds to the others', its answer replaces the last one's."""
         self.tokens, self.calls, self.samples = self.tokens + sample.tokens, self.calls + sample.calls, self.samples + 1
+        self.tflops = _sum(self.tflops, sample.tflops)
         self.run_ids += sample.run_ids
         self.answer, self.visible, self.stop_reason = sample.answer, sample.visible, sample.stop_reason
         self.error = sample.error
+
+
+def compute(result: Result, session: Session) -> float | None:
+    """A run's model compute in TFLOP: 2 × parameters × tokens for each role's model, the forward pass's
+    usual estimate (Kaplan et al., 2020). Unlike seconds, no load bends it, and unlike tokens it weighs a
+    larger model's tokens as they cost: what compares a strategy that escalates to a bigger model with one
+    that does not. None when a model that spent tokens has no known size."""
+    total = 0.0
+    for role, usage in result.usage.items():
+        if role == Role.SEARCH or not usage.total_tokens:
+            continue
+        model = session.reflector_model if role == Role.REFLECTOR and session.reflector_model else session.model
+        if model is None or (size := model.parameters) is None:
+            return None
+        total += 2 * size * usage.total_tokens / 1000  # 1e9 parameters x tokens, in units of 1e12
+    return total
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 def _session(config: EvalConfig, spec: TaskSpec, cache: CallCache | None, ledger: Ledger) -> Session:
@@ -192,7 +217,7 @@ def _once(spec: TaskSpec, session: Session, meta: dict[str, Any], naive: str | N
     visible = result.stop_reason.value == "PASSED" or bool(result.details.get("visible"))
     outcome = StrategyRun(answer=result.best or result.output, visible=visible, stop_reason=result.stop_reason.value,
                       error=result.error)
-    outcome.add(result)
+    outcome.add(result, session)
     if spec.loop == "refine":
         attempts = [p.candidate for p in (s.payload() for s in session.store.steps(result.run_id))
                     if isinstance(p, Attempt)]

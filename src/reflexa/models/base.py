@@ -74,6 +74,12 @@ class Model(ABC):
     """The seed of a call sampled at a temperature above 0, on backends that take one (the local model, an
     OpenAI-compatible server): the same prompt, temperature and seed give the same reply."""
 
+    @property
+    def parameters(self) -> float | None:
+        """The model's parameters in billions, where known (a local model's, read from its weights): what an
+        eval's compute column multiplies its tokens by. None for a remote or test model."""
+        return None
+
     def reseeded(self, seed: int) -> Model:
         """This model with another sampling seed (a shallow copy: the loaded weights and connections are
         shared): what gives independent samples of one prompt."""

@@ -62,6 +62,10 @@ class LimitedModel(Model):
         self.key = backend_key(inner)
         self._slots = slots(self.key, limit)
 
+    @property
+    def parameters(self) -> float | None:
+        return self.inner.parameters
+
     def reseeded(self, seed: int) -> Model:
         twin = copy.copy(self)
         twin.inner = self.inner.reseeded(seed)

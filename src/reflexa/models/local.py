@@ -178,6 +178,11 @@ class LocalModel(Model):
         self._lock = _decode_lock(self.path, n_ctx, self.n_threads)
 
     @property
+    def parameters(self) -> float:
+        """The parameters of the loaded weights, in billions (loading them if they are not yet)."""
+        return float(self.llama._model.n_params()) / 1e9
+
+    @property
     def llama(self) -> Any:
         """The loaded llama.cpp model (loaded on first use, shared within the process)."""
         return load_llama(self.path, self.n_ctx, self.n_threads)

@@ -75,7 +75,7 @@ class ScriptedModel(Model):
     def __init__(self, replies: Iterable[Reply] = (), *, generator: Iterable[Reply] | None = None,
                  reflector: Iterable[Reply] | None = None, planner: Iterable[Reply] | None = None,
                  evaluator: Iterable[Reply] | None = None, function: Callable[[ScriptedCall], Reply] | None = None,
-                 default: Reply | None = None, delay: float = 0.0) -> None:
+                 default: Reply | None = None, delay: float = 0.0, parameters: float | None = None) -> None:
         if delay < 0:
             raise ConfigError(f"scripted delay must be 0 or more seconds, not {delay}")
         self.queue: deque[Reply] = deque(replies)
@@ -86,11 +86,17 @@ class ScriptedModel(Model):
         self.function = function
         self.default = default
         self.delay = delay
+        self._parameters = parameters
         self.prompts: list[list[Message]] = []
         self.schemas: list[dict[str, Any] | None] = []
         self.roles: list[str | None] = []
         """The role of each call, in order."""
         self._lock = threading.Lock()
+
+    @property
+    def parameters(self) -> float | None:
+        """The size it stands in for (`parameters=`, billions), for a test of an eval's compute column."""
+        return self._parameters
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
