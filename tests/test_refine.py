@@ -519,3 +519,38 @@ def test_a_reflector_model_that_fails_costs_the_lesson_not_the_run():
     alone = refine("the task", [Expect("good", score=0.0)],
                    session=Session(model=ScriptedModel([answer("one"), ModelUnavailable("down")])))
     assert alone.stop_reason is StopReason.ERROR
+
+
+def test_select_keeps_the_passing_candidate_whose_behaviour_most_others_share():
+    """Three candidates pass the visible assert; on the calls the model writes, two agree and the greedy one
+    stands alone: the first of the two is chosen."""
+    from reflexa import PythonScriptCheck
+
+    probe = {"calls": ["ident(0)", "ident(2)", "ident(-3)", "print('x')"]}
+    model = ScriptedModel(["```\ndef ident(x):\n    return 1\n```", "```\ndef ident(x):\n    return x\n```",
+                           "```\ndef ident(x):\n    return x * 1\n```", probe])
+    store = MemoryStore()
+    result = refine("Write ident(x), which returns x.", [PythonScriptCheck("assert ident(1) == 1")], select=3,
+                    session=Session(model=model, store=store))
+    assert result.stop_reason is StopReason.PASSED and "return x\n" in result.best + "\n"
+    [selected] = [s.payload() for s in store.steps(result.run_id) if s.kind == "selected"]
+    assert (selected.passing, selected.clusters, selected.chosen) == ([1, 2, 3], [2, 1], 2)
+    assert selected.calls == ["ident(0)", "ident(2)", "ident(-3)"]  # a call of another function is dropped
+
+
+def test_select_with_no_passing_candidate_revises_the_best_and_goes_on():
+    model = ScriptedModel([answer("bad one"), answer("bad two"), answer("bad three"), answer("good")])
+    result = refine("task", [Expect("good")], select=3, session=Session(model=model))
+    assert result.stop_reason is StopReason.PASSED and result.iterations == 4
+    assert "wanted good, got bad one" in model.prompts[3][-1]["content"]  # the best (the first) is revised
+
+
+def test_select_is_a_spec_field_a_cli_flag_and_an_eval_strategy():
+    from reflexa.eval import parse_strategies
+    from reflexa.tasks import TaskSpec
+
+    assert TaskSpec.parse({"task": "t", "regex": "x", "select": 4}).select == 4
+    with pytest.raises(ConfigError):
+        TaskSpec.parse({"task": "t", "regex": "x", "select": 0})
+    [chosen, baseline] = parse_strategies("select@4,resample@=select@4")
+    assert chosen.options == {"select": 4} and baseline.match == "select@4"

@@ -44,6 +44,9 @@ OutOpt = Annotated[Path | None, option(
 TimeoutOpt = Annotated[float | None, option("SECONDS", "Seconds each check may run (default 10).", min=0.1, max=3600)]
 AttemptsOpt = Annotated[int | None, option("N", "Attempts at most (default 3).", min=1)]
 ContextOpt = Annotated[str | None, option("WHAT", "What a revision sees: feedback (default), latest or full.")]
+SelectOpt = Annotated[int | None, option(
+    "K", "Draw K candidates first and keep, of those that pass, the one whose behaviour most others share "
+    "(default 1: off).", min=1, max=16)]
 ReplyTokensOpt = Annotated[int | None, option(
     "N", "Tokens each attempt's reply may take (default 512); a reply cut there is asked again, shorter.", min=16)]
 RepairsOpt = Annotated[str | None, option(
@@ -89,8 +92,8 @@ def _spec(loop: str, task: str, **fields: Any) -> TaskSpec:
 # --- the run commands: flags -> spec ---------------------------------------------------------------------
 
 def refine(task: TaskArg, out: OutOpt = None, timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None,
-           context: ContextOpt = None, repairs: RepairsOpt = None, max_reply_tokens: ReplyTokensOpt = None,
-           **checks: Any) -> TaskSpec:
+           context: ContextOpt = None, repairs: RepairsOpt = None, select: SelectOpt = None,
+           max_reply_tokens: ReplyTokensOpt = None, **checks: Any) -> TaskSpec:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     from ..tasks.kinds import kinds
 
@@ -98,7 +101,7 @@ def refine(task: TaskArg, out: OutOpt = None, timeout: TimeoutOpt = None, max_at
         if value is not None and kinds()[name].text_or_file:
             checks[name] = read_task(value, what=name.replace("_", " "))
     return _spec("refine", task, out=out, timeout=timeout, max_attempts=max_attempts, context=context,
-                 repairs=repairs, max_reply_tokens=max_reply_tokens, **checks)
+                 repairs=repairs, select=select, max_reply_tokens=max_reply_tokens, **checks)
 
 
 def _with_check_flags(build: Any) -> Any:

@@ -15,6 +15,8 @@
                               react tasks: the tutorial agent loop, without and with a reflection per step
     always-search             research tasks: search with the question, whole passages, one revision
     one-react                 plan tasks: the whole task as one react run, no planner
+    select@K[:key=value,...]  refine:select=K: K candidates, the one chosen by behaviour among those that pass
+                              (docs/loops.md); `resample@=select@K` is its equal-cost baseline
     resample@=NAME            fresh samples as above (at the default temperature) while this task's tokens
                               are below what strategy NAME spent on the same task (at most MAX_SAMPLES): the
                               equal-cost baseline; the last sample is cut at what is left. NAME is
@@ -24,7 +26,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -65,6 +67,10 @@ class Strategy:
     """resample@=NAME: NAME, whose tokens on each task are this strategy's budget there."""
     naive: str | None = None
     """A naive loop of naive.py (test-driven, cookbook, ...) instead of the task's own."""
+
+    def named(self, name: str) -> Strategy:
+        """This strategy under another label (an alias's)."""
+        return replace(self, name=name)
 
     @property
     def resamples(self) -> bool:
@@ -142,6 +148,8 @@ def parse_strategy(name: str) -> Strategy:
         if not 1 <= samples <= 100:
             raise ConfigError(f"strategy {name!r}: samples must be 1 to 100")
         return Strategy(name, "refine", samples=samples, temperature=float(temperature))
+    if match := re.fullmatch(r"select@(\d+)", head):  # refine:select=K, options after it as refine's
+        return parse_strategy(f"refine:select={match.group(1)}" + (f":{rest}" if rest else "")).named(name)
     if head in LOOPS:
         options = {ALIASES.get(k, k): v for k, v in _options(name, rest).items()}
         try:
@@ -150,8 +158,8 @@ def parse_strategy(name: str) -> Strategy:
             raise ConfigError(f"strategy {name!r}: " + "; ".join(field_errors(exc)),
                               hint="its options are task spec fields of that loop (docs/tasks.md)") from None
         return Strategy(name, head, options)
-    raise ConfigError(f"unknown strategy {name!r}", hint=f"single, resample@K, resample@=NAME, {', '.join(NAIVE)}, "
-                      f"{ONE_REACT}, or a loop with options (refine:reflect=off)")
+    raise ConfigError(f"unknown strategy {name!r}", hint=f"single, resample@K, resample@=NAME, select@K, "
+                      f"{', '.join(NAIVE)}, {ONE_REACT}, or a loop with options (refine:reflect=off)")
 
 
 def _placeholder(loop: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..types import (
     payload,
 )
 from . import refine_prompts as prompts
+from . import select as select_by
 from .session import Episode, Outcome, Session, run_loop
 
 ContextStrategy = Literal["feedback", "latest", "full"]
@@ -43,6 +44,8 @@ retries convert different problems: a greedy revision told how the attempt faile
 fresh attempt (MBPP); bench/experiments/retry_ab.py measures both."""
 REPAIRS: tuple[str, ...] = get_args(Repairs)
 MAX_ATTEMPTS = 3
+MAX_SELECT = 16
+"""select=K draws at most this many candidates."""
 """Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
@@ -92,6 +95,18 @@ class RepairChosen(Payload):
     why: str
 
 
+@payload("selected")
+@dataclass(slots=True)
+class Selected(Payload):
+    """Selection by behaviour (`select=K`): the candidates that passed, the calls they ran, the clusters of
+    equal outputs (largest first) and the chosen attempt."""
+
+    passing: list[int]
+    calls: list[str]
+    clusters: list[int]
+    chosen: int
+
+
 @payload("no_progress")
 @dataclass(slots=True)
 class NoProgress(Payload):
@@ -127,6 +142,10 @@ class RefineState(Serial):
     run's tokens before it."""
     cut_at: int = 0
     """The token cap the last reply was cut at (REPLY_CUT), told to the next attempt; 0 when it was not cut."""
+    selecting: list[tuple[str, Verdict]] = field(default_factory=list)
+    """select=K: the candidates drawn so far, with their verdicts, until the selection is made."""
+    selected: bool = False
+    """select=K: the K candidates were drawn (and one chosen if any passed): the loop goes on as usual."""
 
     def outcome(self, episode: Episode) -> Outcome:
         total = episode.run.meter.total.total_tokens
@@ -138,8 +157,8 @@ class RefineState(Serial):
 def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Session | None = None,
            budget: Budget = Budget(), max_attempts: int = MAX_ATTEMPTS, context: ContextStrategy = "feedback",
            lessons: Sequence[Lesson] = (), max_reply_tokens: int = 512, temperature: float = 0.0,
-           repairs: Repairs = "fixed", family: str = "refine", meta: dict[str, Any] | None = None,
-           resume: str | None = None) -> Result:
+           repairs: Repairs = "fixed", select: int = 1, prelude: str = "", family: str = "refine",
+           meta: dict[str, Any] | None = None, resume: str | None = None) -> Result:
     """Attempt `task` until every check passes or `max_attempts` or the budget is spent; never raises for
     a spent budget. `checks` is one check or a list; a check is a `Check` or a plain function
     `candidate -> bool | str | Signal` (a string says what is wrong).
@@ -156,7 +175,10 @@ def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Sessi
     bought for it (it would not be shown one); with "revise", only a revision that repeats itself is, once,
     before the run stops NO_PROGRESS; "learn" and "frozen" choose by the store's record of what converted
     (a session's own `repairs` policy wins). The session's governor may cut retries for a `family` of tasks
-    where they have not paid.
+    where they have not paid. `select=K` (K > 1) first draws K candidates (the first greedy, the others
+    sampled) and checks each; of those that pass, the one whose behaviour on calls the model writes most
+    others share is chosen (loops/select.py; `prelude` goes before each candidate there, as in the checks);
+    when none passes, the best is revised and the loop goes on with `max_attempts - 1` attempts more.
     `meta` is stored with the run. `resume=RUN_ID` continues a stored run from its last checkpoint.
     """
     checking = as_checks(checks)
@@ -166,6 +188,8 @@ def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Sessi
         raise ConfigError(f"context must be one of {', '.join(CONTEXTS)}, not {context!r}")
     if repairs not in REPAIRS:
         raise ConfigError(f"repairs must be one of {', '.join(REPAIRS)}, not {repairs!r}")
+    if not 1 <= select <= MAX_SELECT:
+        raise ConfigError(f"select must be 1 to {MAX_SELECT}, not {select}")
     session = session or Session()
     if repairs in ("learn", "frozen") and session.repairs is None:
         from ..reflect.repairs import RepairPolicy
@@ -174,11 +198,48 @@ def refine(task: str, checks: CheckLike | Iterable[CheckLike], *, session: Sessi
     state = RefineState(task, list(lessons))
 
     def body(ep: Episode, s: RefineState) -> Stop:
+        selecting = select > 1 and not s.selected
+        if selecting and (stop := _select(ep, s, checking, select, prelude, max_reply_tokens, temperature)):
+            return stop
         return _attempts(ep, s, checking, context, max_reply_tokens, temperature, repairs)
 
-    return run_loop(session, "refine", task, state, body, budget=budget, bound=max_attempts,
+    return run_loop(session, "refine", task, state, body, budget=budget, bound=max_attempts + select - 1,
                     family=family, resume=resume,
                     meta={"context": context, "checks": [c.name for c in checking], **(meta or {})})
+
+
+def _select(ep: Episode, s: RefineState, checks: Sequence[Check], k: int, prelude: str, reply_tokens: int,
+            temperature: float) -> Stop | None:
+    """Draw K candidates, then choose among those that pass by behaviour; a Stop when one passed (or the
+    budget ran out). Otherwise the best one is left to revise and the usual loop goes on."""
+    run = ep.run
+    check_context = CheckContext(s.task, ask=run.call)
+    while len(s.selecting) < k:
+        s.sample_next = bool(s.selecting)  # the first greedy, the others sampled at their own seeds
+        tried = _attempt(ep, s, checks, check_context, "feedback", reply_tokens, temperature)
+        if tried is None:
+            return Stop(run.budget_stop or StopReason.ERROR)
+        s.selecting.append(tried)
+        if s.best is None or tried[1].better_than(s.best[1]):
+            s.best = tried
+        ep.checkpoint(s)
+    s.selected = True
+    passing = [i for i, (_, verdict) in enumerate(s.selecting) if not verdict.failing]
+    if not passing:
+        # The best is revised next, with its feedback: the usual loop, from a failed attempt.
+        candidate, verdict = s.best  # type: ignore[misc]
+        s.revising = (candidate, f"{verdict.feedback}\n{_evidence(verdict)}")
+        ep.checkpoint(s)
+        return None
+    codes = [prelude.rstrip("\n") + "\n" + s.selecting[i][0] if prelude else s.selecting[i][0] for i in passing]
+    name = select_by.entry_name(s.task, codes) if len(passing) > 1 else None
+    calls = select_by.probe_calls(run, s.task, name) if name else []
+    chosen, clusters = select_by.choose(codes, calls) if calls else (0, [])
+    run.record(Selected([i + 1 for i in passing], calls, clusters, passing[chosen] + 1))
+    s.best = s.selecting[passing[chosen]]
+    ep.checkpoint(s)
+    verdict = s.best[1]
+    return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
 
 
 def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: ContextStrategy, reply_tokens: int,

@@ -135,7 +135,8 @@ def _refine(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str
 
     return refine(spec.task, checks(spec), session=session, budget=spec.budget,
                   max_attempts=spec.max_attempts or MAX_ATTEMPTS, context=spec.context, temperature=spec.temperature,
-                  repairs=spec.repairs, max_reply_tokens=spec.max_reply_tokens, meta=meta, resume=resume)
+                  repairs=spec.repairs, max_reply_tokens=spec.max_reply_tokens, select=spec.select,
+                  prelude=spec.prelude or "", meta=meta, resume=resume)
 
 
 def _react(spec: TaskSpec, session: Session, resume: str | None, meta: dict[str, Any]) -> Result:

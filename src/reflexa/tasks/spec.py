@@ -40,7 +40,7 @@ COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_token
 TOOLS = frozenset({"db", "write", "validate_", "tools", "mcp", "approve"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
     "refine": frozenset({"checks", "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
-                          "repairs", "max_reply_tokens"}),
+                          "repairs", "max_reply_tokens", "select"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
@@ -90,6 +90,9 @@ class TaskSpec(BaseModel):
     """The temperature of each attempt (0: greedy)."""
     seed: int | None = None
     """The sampling seed at a temperature above 0 (default: the model's, 0)."""
+    select: int = Field(default=1, ge=1, le=16)
+    """Draw this many candidates first (the first greedy, the others sampled) and, of those that pass, keep
+    the one whose behaviour on calls the model writes most others share (1: off); see docs/loops.md."""
     max_reply_tokens: int = Field(default=512, ge=16, le=32_768)
     """Tokens each attempt's reply may take; a reply cut there before its code ends is a REPLY_CUT failure,
     repaired by asking for a shorter one."""
