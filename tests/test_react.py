@@ -326,9 +326,10 @@ def test_a_repeated_read_only_call_is_pointed_out_by_rule_and_any_tool_may_follo
     assert acted[2].action == 'other({"key": "good"})' and acted[2].ok
 
 
-def test_the_same_call_again_after_its_repeat_was_pointed_out_stops_the_run():
+def test_circling_back_to_a_call_already_pointed_out_gets_one_answer_step_then_stops():
     """The step after a repeat may not call that tool (its schema leaves it out); the same call after that
-    learns nothing new, and the run stops."""
+    gets one step that may only answer from the facts; an answer the validator refuses, and the same call
+    once more, stop the run."""
     lookup, _ = flaky_tool(0)
 
     @tool
@@ -336,18 +337,33 @@ def test_the_same_call_again_after_its_repeat_was_pointed_out_stops_the_run():
         """Another lookup."""
         return f"other {key}"
 
-    replies = [act("lookup", key="good"), act("lookup", key="good"), act("other", key="x"), act("lookup", key="good")]
-    schemas = []
+    replies = iter([act("lookup", key="good"), act("lookup", key="good"), act("other", key="x"),
+                    act("lookup", key="good"), final("not it"), act("lookup", key="good")])
+    schemas, notes = [], []
 
     def reply(call):
+        if call.role == "reflector":
+            return {"failure_step": "5", "observed_mismatch": "refused", "root_cause": "wrong value",
+                    "correction": "use the lookup"}
         schemas.append(json.dumps(call.schema))
-        return replies[call.number - 1]
+        notes.append(call.messages[-1]["content"])
+        return next(replies)
 
     model = ScriptedModel(function=reply)
-    result = react("find it", [lookup, other], validator=accept, session=Session(model=model), max_steps=6)
-    assert result.stop_reason is StopReason.NO_PROGRESS and model.calls == 4
-    assert result.counters["reflector_calls"] == 0
+    refuse = lambda answer: "not the answer"  # noqa: E731
+    result = react("find it", [lookup, other], validator=refuse, session=Session(model=model), max_steps=8)
     assert '"lookup"' not in schemas[2] and '"other"' in schemas[2] and '"lookup"' in schemas[3]
+    assert '"lookup"' not in schemas[4] and '"other"' not in schemas[4]  # answer only
+    assert notes[4].endswith(prompts.ANSWER_NOW)
+    assert result.stop_reason is StopReason.NO_PROGRESS
+
+
+def test_the_answer_step_after_circling_can_pass():
+    lookup, _ = flaky_tool(0)
+    model = ScriptedModel([act("lookup", key="good"), act("lookup", key="good"), act("lookup", key="good"),
+                           final("value of good")])
+    result = react("find it", [lookup], validator=accept, session=Session(model=model), max_steps=8)
+    assert result.passed and result.output == "value of good"
 
 
 def test_low_confidence_is_a_signal():

@@ -133,8 +133,12 @@ class ReactState(Serial):
     repeated read-only call), whose result is in the facts. The step's prompt says so; the final answer and
     every other tool stay open."""
     noted: list[str] = field(default_factory=list)
-    """Repeated calls already pointed out: the same call once more, with nothing new to learn from it, stops
-    the run NO_PROGRESS."""
+    """Repeated calls already pointed out: the same call once more gets one step that may only answer from
+    the facts; after that, once more stops the run NO_PROGRESS."""
+    answer_now: bool = False
+    """The next step may only answer (the repair for circling back to a call already pointed out)."""
+    answer_asked: bool = False
+    """An answer-only step was given once already."""
     undecided: Undecided | None = None
     """The step's failure, until the engine's decision on it is carried out. It is in the step's own
     checkpoint, so a run killed between the step and that decision redoes the decision on resume instead
@@ -306,13 +310,18 @@ def _next_action(ep: Episode, s: ReactState, tools: ToolSession, schema: dict[st
     """The step's action: a queued rule repair or forced action, else the model's choice. On the last step,
     with facts in hand, the model may only answer: no step is left to read a tool's output, so a queued
     tool call (a retry, a page) gives way too."""
-    last = s.step == ep.bound and bool(s.workspace.facts)  # a tool called now could never be read
+    # On the last step a tool called now could never be read; after circling back to one call, the facts
+    # are what there is to answer from.
+    final_step = s.step == ep.bound and bool(s.workspace.facts)
+    circled, s.answer_now = s.answer_now and bool(s.workspace.facts), False
+    last = final_step or circled
     if s.queued is not None:
         queued, s.queued = s.queued, None
         if not last or isinstance(queued.action, FinalAnswer):
             return queued
     resting, s.resting = s.resting, None
-    note = prompts.LAST_STEP if last else prompts.REPEATED_CALL if resting else ""
+    note = (prompts.LAST_STEP if final_step else prompts.ANSWER_NOW if circled
+            else prompts.REPEATED_CALL if resting else "")
     # A blocked tool is no choice at all (its call would only be refused); a resting one sits out this step.
     if left_out := {*tools.blocks.tools, *([resting] if resting else [])}:
         schema = prompts.action_schema(tools.registry, leave_out=left_out)
@@ -373,7 +382,8 @@ def _facts(observation: Observation, s: ReactState, action: str, tools: ToolSess
     return Facts(suggestion=observation.suggestion, fatal=observation.fatal,
                  retryable=tool is not None and not tool.side_effect,
                  retries_before=s.retries.get(action, 0), can_page=observation.truncated,
-                 repeat_noted=action in s.noted, human=observation.denied, transient=observation.transient,
+                 repeat_noted=action in s.noted, answer_asked=s.answer_asked, human=observation.denied,
+                 transient=observation.transient,
                  retry_after=observation.retry_after,
                  alternatives=any(name != observation.tool and name not in tools.blocks.tools
                                   for name in tools.registry.tools))
@@ -393,6 +403,8 @@ def _apply(outcome: Handling, s: ReactState, failed: Action, tools: ToolSession)
         elif repair.kind == "notice":
             s.resting = failed.tool
             s.noted.append(text)
+        elif repair.kind == "answer":
+            s.answer_now = s.answer_asked = True
     if repair is not None and repair.kind == "page" and isinstance(failed, ToolCall | PageAction):
         page = failed.page + 1 if isinstance(failed, PageAction) else 1
         s.queued = Chosen(PageAction(failed.tool, page), "(rule: next page)")

@@ -25,6 +25,8 @@ SYSTEM = (
 REPEATED_CALL = ("Your last call repeated an earlier one, so its result is already in Facts. Answer the goal from "
                  "the Facts now with final_answer, unless they lack something only another tool can give.")
 LAST_STEP = "This is your last step, so no tool output can be read after it. Give the final answer now."
+ANSWER_NOW = ("You called the same tool with the same arguments again, after being told its result is in Facts. "
+              "Give the final answer now, from the Facts.")
 
 
 def action_schema(registry: ToolRegistry, leave_out: Collection[str] = ()) -> dict[str, Any]:

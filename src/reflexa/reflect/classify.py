@@ -35,10 +35,11 @@ class Route(StrEnum):
 class Repair:
     """A fix applied with no model call: retry the same action, call it with repaired args, or page."""
 
-    kind: str  # "retry" | "args" | "page" | "notice" | "search" | "revise" | "shorter"
+    kind: str  # "retry" | "args" | "page" | "notice" | "answer" | "search" | "revise" | "shorter"
     """retry the same call; call with `args` instead (they replace the failing call's arguments); show the
-    next page; point out a repeated call (its result is in the facts); search for a named gap; revise with
-    the signal's feedback; ask again for a shorter reply (the last one was cut at its token cap)."""
+    next page; point out a repeated call (its result is in the facts); ask for the answer from the facts (the
+    next step may only answer); search for a named gap; revise with the signal's feedback; ask again for a
+    shorter reply (the last one was cut at its token cap)."""
     args: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
 
@@ -66,6 +67,8 @@ class Facts:
     """A truncated observation has another page to show."""
     repeat_noted: bool = False
     """This same repeated call was pointed out already: calling it again learns nothing new."""
+    answer_asked: bool = False
+    """The agent was already asked, once, to answer from the facts after circling on one call."""
     human: bool = False
     """A human denied the call: the tool is blocked, and the agent may still reach the task's answer another way."""
     transient: bool = False
@@ -100,9 +103,14 @@ def classify(signal: Signal, facts: Facts = Facts()) -> Classification:
         # A read-only call repeated returns what it returned before: the agent is circling. Pointing that out
         # costs nothing; the model may answer from the facts or call something else (a different tool is never
         # refused). The same call once more after that learns nothing new: the run stops.
+        if facts.repeat_noted and facts.answer_asked:
+            return Classification(Route.STALLED, "the same call again after its repeat was pointed out and an "
+                                  "answer was asked for: nothing new to learn from it")
         if facts.repeat_noted:
-            return Classification(Route.STALLED, "the same call again after its repeat was pointed out: nothing "
-                                  "new to learn from it")
+            # Its result is in the facts, and the agent circles back to it: the one step it gets now may only
+            # answer from them (then, the same call once more stops the run).
+            return Classification(Route.RULE, "the same call again after its repeat was pointed out: answer "
+                                  "from the facts now", Repair("answer"))
         return Classification(Route.RULE, "a repeated read-only call: its result is in the facts",
                               Repair("notice"))
     if code is ErrorCode.GAP:
