@@ -153,7 +153,8 @@ class View:
     def trial(self, step: Step, t: step_types.Trial) -> None:
         self.rule(f"trial {t.trial}: {t.stop_reason}")
 
-    def note(self, step: Step, n: step_types.Flag | step_types.NoProgress | step_types.RepairChosen) -> None:
+    def note(self, step: Step,
+             n: step_types.Flag | step_types.NoProgress | step_types.RepairChosen | step_types.Selected) -> None:
         self.print(f"[magenta]{n.KIND}[/magenta]: {escape(n.why)}")
 
     def plan_made(self, step: Step, p: step_types.PlanMade) -> None:
@@ -197,7 +198,7 @@ RENDERERS: dict[type[Payload], Callable[[View, Step, Any], None]] = {
     step_types.Flag: View.note, step_types.NoProgress: View.note, step_types.RepairChosen: View.note,
     step_types.Checkpoint: View.checkpoint, step_types.Stop: View.stop, step_types.PlanMade: View.plan_made,
     step_types.PlanRejected: View.plan_rejected, step_types.UnitStatus: View.unit_status,
-    step_types.Propagated: View.propagated,
+    step_types.Propagated: View.propagated, step_types.Selected: View.note,
 }
 """One renderer per step kind; a test checks every registered kind has one."""
 

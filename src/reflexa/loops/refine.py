@@ -106,6 +106,12 @@ class Selected(Payload):
     clusters: list[int]
     chosen: int
 
+    @property
+    def why(self) -> str:
+        """The selection in one line."""
+        ran = f" ran {len(self.calls)} calls: clusters of {self.clusters}" if self.calls else ""
+        return f"attempts {self.passing} passed;{ran} attempt {self.chosen} chosen"
+
 
 @payload("no_progress")
 @dataclass(slots=True)

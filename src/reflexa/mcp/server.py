@@ -402,6 +402,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     "flag": lambda d: str(d.get("why")),
     "repair": lambda d: f"{d.get('repair')}: {d.get('why')}",
     "no_progress": lambda d: str(d.get("why")),
+    "selected": lambda d: f"selected attempt {d.get('chosen')} of passing {d.get('passing')}",
 }
 """A step kind's one-line summary, from its stored payload (plain data). Other kinds show their JSON."""
 

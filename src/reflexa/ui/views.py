@@ -23,6 +23,7 @@ RENDERERS: dict[type[Payload], str] = {
     step_types.Decided: "decided", step_types.Acted: "acted", step_types.Queries: "queries",
     step_types.Searched: "searched", step_types.Audited: "audited", step_types.Trial: "trial",
     step_types.Flag: "note", step_types.NoProgress: "note", step_types.RepairChosen: "note",
+    step_types.Selected: "note",
     step_types.Checkpoint: "checkpoint", step_types.Stop: "stop", step_types.PlanMade: "plan_tree",
     step_types.PlanRejected: "plan_rejected", step_types.UnitStatus: "subgoal", step_types.Propagated: "propagated",
 }
