@@ -201,7 +201,7 @@ def _signals(s: ResearchState, bound: int) -> list[Signal]:
     signals = [Signal("research", False, ErrorCode.GAP, f"missing: {gap}") for gap in gaps[:1]]
     if s.unsupported and s.requotes < REQUOTES:
         signals.append(Signal("citation-audit", False, ErrorCode.UNCITED,
-                              f"your quote \"{s.unsupported[:150]}\" is in no passage you named, so the answer "
+                              "your quote is in no passage you named, so the answer "
                               "cites nothing: copy, word for word, the sentence of one numbered passage that "
                               "states the answer, and cite that passage as [n]; if no passage states it, mark "
                               "the answer [UNCERTAIN: ...]"))
@@ -285,7 +285,8 @@ def _revise(ep: Episode, s: ResearchState) -> bool:
     An unusable revision keeps the last good draft."""
     assert s.draft is not None
     numbered = list(enumerate(s.evidence, start=1))
-    reply = ep.run.call(Role.GENERATOR, prompts.revise(s.task, s.draft, numbered, s.failed, s.feedback),
+    reply = ep.run.call(Role.GENERATOR, prompts.revise(s.task, s.draft, numbered, s.failed, s.feedback,
+                                                       unsupported=bool(s.unsupported)),
                         schema=prompts.Revision, max_tokens=700)
     if reply is None:
         return False
