@@ -113,7 +113,7 @@ def test_bad_specs_are_one_clear_line(spec, message, tmp_path, monkeypatch):
 def test_binary_scripted_file_is_a_config_error(tmp_path):
     path = tmp_path / "r.json"
     path.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(ConfigError, match="not UTF-8"):
+    with pytest.raises(ConfigError, match="binary file, not text"):
         resolve(f"scripted:{path}")
 
 

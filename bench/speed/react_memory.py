@@ -94,8 +94,8 @@ def child_react(steps: int, work: Path) -> dict:
 
     session = Session(model=ScriptedModel(replies(steps)), store=SQLiteStore(work / "trace.db"))
     started = time.perf_counter()
-    result = react("How many orders are there?", ToolRegistry(sql_tools(work / "shop.sqlite")), session=session,
-                   max_steps=steps)
+    tools = ToolRegistry(sql_tools(work / "shop.sqlite", discovery=True))  # the scripted calls use discovery
+    result = react("How many orders are there?", tools, session=session, max_steps=steps)
     seconds = time.perf_counter() - started
     return {"steps": result.iterations, "stop_reason": str(result.stop_reason), "seconds": round(seconds, 3),
             **figures()}

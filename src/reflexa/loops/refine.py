@@ -269,25 +269,15 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
         if not failing:
             return Stop(StopReason.PASSED if verdict.objective else StopReason.ANSWERED_UNVERIFIED)
         if failing[0].code is ErrorCode.REPLY_CUT:  # nothing to learn about the code: ask for a shorter reply
-            if s.attempts == ep.bound:
-                break
-            outcome = engine.handle(failing[0], task=s.task, facts=[], action=candidate, snippet="",
-                                    rule_facts=Facts(retryable=False))
-            if outcome.stop is not None:
-                return Stop(outcome.stop, outcome.reason)
-            s.cut_at, s.revising = reply_tokens, None
-            ep.checkpoint(s)
+            if (stop := _ask_shorter(ep, s, failing[0], candidate, reply_tokens)) is not None:
+                return stop
             continue
         klass = failure_class(failing[0], kind)
         if why := engine.progress.stalled(s.recent, frozenset(x.fingerprint for x in verdict.failing)):
             if s.resampled or s.attempts == ep.bound:
                 run.record(NoProgress(why))
                 return Stop(StopReason.NO_PROGRESS)
-            # Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up.
-            run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
-            s.resampled = s.sample_next = True
-            s.revising, s.repairing = None, (klass, "sample", run.meter.total.total_tokens)
-            ep.checkpoint(s)
+            _resample_after_stall(ep, s, why, klass)
             continue
         if len(s.recent) >= 3 and same(candidate, s.recent[-3]):
             run.record(Flag("this revision undoes the previous one"))
@@ -318,6 +308,28 @@ def _attempts(ep: Episode, s: RefineState, checks: Sequence[Check], context: Con
             s.repairing = (klass, "revise", tokens_before)
         ep.checkpoint(s)
     return Stop(StopReason.MAX_ITERATIONS)
+
+
+def _ask_shorter(ep: Episode, s: RefineState, failure: Signal, candidate: str, reply_tokens: int) -> Stop | None:
+    """After a reply cut at the token cap: the next attempt is fresh and asked to be shorter. A stop when
+    no attempt is left or the engine stops the run, else None."""
+    if s.attempts == ep.bound:
+        return Stop(StopReason.MAX_ITERATIONS)
+    outcome = ep.engine.handle(failure, task=s.task, facts=[], action=candidate, snippet="",
+                               rule_facts=Facts(retryable=False))
+    if outcome.stop is not None:
+        return Stop(outcome.stop, outcome.reason)
+    s.cut_at, s.revising = reply_tokens, None
+    ep.checkpoint(s)
+    return None
+
+
+def _resample_after_stall(ep: Episode, s: RefineState, why: str, klass: str) -> None:
+    """Greedy decoding would repeat itself again: one fresh attempt, sampled, is cheaper than giving up."""
+    ep.run.record(Flag(f"{why}: one fresh attempt, sampled at temperature {RESAMPLE_TEMPERATURE}"))
+    s.resampled = s.sample_next = True
+    s.revising, s.repairing = None, (klass, "sample", ep.run.meter.total.total_tokens)
+    ep.checkpoint(s)
 
 
 def _repair(ep: Episode, klass: str, revised: bool, repairs: Repairs, task: str) -> RepairKind:
