@@ -4,6 +4,7 @@ on, against the tutorial loop and one react.
     .venv/bin/python bench/agents.py --split tune [any `reflexa eval` option]
     .venv/bin/python bench/agents.py --split confirm [any `reflexa eval` option]
     .venv/bin/python bench/agents.py --split tune --build-only      # write the dataset, run nothing
+    .venv/bin/python bench/agents.py --split confirm --every 3 -s react,tutorial   # every third react task
 
 Each split is a set of domains (bench/agents/tune/, bench/agents/confirm/), each a database whose names a
 model does not guess, an API of @tools over it (lookups by name, lists by id) and the same API served over
@@ -72,6 +73,11 @@ def main(argv: list[str]) -> None:
     if "--build-only" in argv:
         print(dataset)
         return
+    if "--every" in argv:  # a systematic sample of the react tasks, for a run shorter than the whole split
+        i = argv.index("--every")
+        every, argv = int(argv[i + 1]), argv[:i] + argv[i + 2:]
+        lines = [json.loads(line) for line in dataset.read_text(encoding="utf-8").splitlines()]
+        argv += ["--ids", ",".join([line["id"] for line in lines if line["loop"] == "react"][::every])]
     # The tasks' validators and MCP servers run `python3`: this interpreter, whose environment has reflexa.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     eval_bench(str(dataset), f"agents-{split}", argv, strategies=STRATEGIES)
