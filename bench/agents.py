@@ -75,7 +75,10 @@ def main(argv: list[str]) -> None:
         return
     if "--every" in argv:  # a systematic sample of the react tasks, for a run shorter than the whole split
         i = argv.index("--every")
-        every, argv = int(argv[i + 1]), argv[:i] + argv[i + 2:]
+        given, argv = argv[i + 1:i + 2], argv[:i] + argv[i + 2:]
+        if not given or not given[0].isdigit() or int(given[0]) < 1:
+            raise SystemExit("--every takes a whole number of at least 1")
+        every = int(given[0])
         lines = [json.loads(line) for line in dataset.read_text(encoding="utf-8").splitlines()]
         argv += ["--ids", ",".join([line["id"] for line in lines if line["loop"] == "react"][::every])]
     # The tasks' validators and MCP servers run `python3`: this interpreter, whose environment has reflexa.
