@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ValidationError, WithJsonSchema
 
-from .types import valid_text
+from .types import cap, valid_text
 
 Schema = type[BaseModel] | dict[str, Any]
 Message = dict[str, str]
@@ -164,6 +164,19 @@ def parse(text: str, schema: Schema) -> tuple[Any, str | None]:
     if first_error is not None:
         return None, first_error
     return None, "no JSON object found in the reply" if "{" not in text else "the reply's JSON does not parse"
+
+
+def schema_error(schema: dict[str, Any], data: Any, *, message_chars: int | None = None) -> str | None:
+    """Why `data` does not fit a JSON schema: the most telling error, led by where it is (`items.0: ...`),
+    its message capped at `message_chars` when given; None when it fits."""
+    import jsonschema  # deferred: only dict schemas need it
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is None:
+        return None
+    message = error.message if message_chars is None else cap(error.message, message_chars)
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"{where}: {message}" if where else message
 
 
 def _validated(data: Any, schema: Schema) -> tuple[Any, str | None]:

@@ -68,6 +68,11 @@ def pytest_score(output: str) -> tuple[int, int] | None:
     return counts["passed"], counts["passed"] + counts["failed"] + counts["error"]
 
 
+def preluded(prelude: str, candidate: str) -> str:
+    """The candidate with a task's prelude (its stub or imports) in front, as checks and selection run it."""
+    return f"{prelude.rstrip(chr(10))}\n{candidate}" if prelude else candidate
+
+
 def _tail(text: str, limit: int = EVIDENCE_CHARS) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
@@ -351,24 +356,24 @@ class PytestCheck:
                               hint="pytest collects test_* functions and the test_* methods of Test* classes")
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        judged, server = _judged(self.sandbox, candidate, f"{self.module}.py",
-                                 ["pytest", self.tests.name, self.module], {self.tests.name: self.test_source})
-        output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
-        limits = self.sandbox.limits
-        signal = _limit_signal(self.name, server, limits, output) or _limit_signal(self.name, judged, limits, output)
-        if signal is not None:
-            return _redacted(signal)
+        judged, output, limited = _judged(self.name, self.sandbox, candidate, f"{self.module}.py",
+                                          ["pytest", self.tests.name, self.module],
+                                          {self.tests.name: self.test_source})
+        if limited is not None:
+            return _redacted(limited)
         written = hashlib.sha256(self.test_source.encode("utf-8", "replace")).hexdigest()
         if judged.report is not None and judged.report.get("test_sha256") not in (None, written):
             return _redacted(Signal(self.name, False, ErrorCode.TAMPERED, "the tests ran from another file than the "
                                     "one written", _tail(output), score=0.0))
-        return signal_from_report(self.name, judged, limits, expected_tests=self._expected, output=output)
+        return signal_from_report(self.name, judged, self.sandbox.limits, expected_tests=self._expected,
+                                  output=output)
 
 
-def _judged(sandbox: Sandbox, candidate: str, candidate_file: str, judge_args: list[str],
-            judge_files: dict[str, str]) -> tuple[ExecResult, ExecResult]:
-    """(the judge's run, the candidate's run): the candidate served from its own scratch directory by _serve.py,
-    the tests run by _harness.py in another, joined by a socket pair (the wire)."""
+def _judged(source: str, sandbox: Sandbox, candidate: str, candidate_file: str, judge_args: list[str],
+            judge_files: dict[str, str]) -> tuple[ExecResult, str, Signal | None]:
+    """(the judge's run, both processes' output, a signal when either hit a limit): the candidate served from
+    its own scratch directory by _serve.py, the tests run by _harness.py in another, joined by a socket pair
+    (the wire)."""
     judge_end, candidate_end = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
     limits = sandbox.limits
     with ThreadPoolExecutor(1, thread_name_prefix="reflexa-candidate") as pool:
@@ -377,7 +382,10 @@ def _judged(sandbox: Sandbox, candidate: str, candidate_file: str, judge_args: l
         judged = sandbox.run([sys.executable, "-I", "-c", _source("_harness.py"), *judge_args], files=judge_files,
                              wires={WIRE_ENV: judge_end}, report=True,
                              limits=dataclasses.replace(limits, timeout=limits.timeout + JUDGE_GRACE))
-        return judged, served.result()
+        server = served.result()
+    output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
+    limited = _limit_signal(source, server, limits, output) or _limit_signal(source, judged, limits, output)
+    return judged, output, limited
 
 
 JUDGE_GRACE = 5.0
@@ -401,11 +409,8 @@ class PythonScriptCheck:
         self.sandbox = sandbox or Sandbox()
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        judged, server = _judged(self.sandbox, candidate, "candidate.py", ["judge", "tests.py"],
-                                 {"tests.py": self.test_code})
-        limits = self.sandbox.limits
-        output = f"{server.stdout}\n{server.stderr}\n{judged.stdout}\n{judged.stderr}".strip()
-        signal = _limit_signal(self.name, server, limits, output) or _limit_signal(self.name, judged, limits, output)
+        judged, output, signal = _judged(self.name, self.sandbox, candidate, "candidate.py", ["judge", "tests.py"],
+                                         {"tests.py": self.test_code})
         if signal is None and judged.report is None:
             signal = _no_report(self.name, judged, output)
         return _redacted(signal or _script_signal(self.name, judged.report or {}, output))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
-from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, run_checks, verdict_from
+from ..evaluate.checks import Check, CheckContext, CheckLike, as_checks, preluded, run_checks, verdict_from
 from ..reflect import Facts
 from ..reflect.progress import same
 from ..reflect.repairs import AttemptKind, RepairKind, failure_class
@@ -44,9 +44,9 @@ retries convert different problems: a greedy revision told how the attempt faile
 fresh attempt (MBPP); bench/experiments/retry_ab.py measures both."""
 REPAIRS: tuple[str, ...] = get_args(Repairs)
 MAX_ATTEMPTS = 3
+"""Attempts a refine run makes by default."""
 MAX_SELECT = 16
 """select=K draws at most this many candidates."""
-"""Attempts a refine run makes by default."""
 RESAMPLE_TEMPERATURE = 0.7
 """When a revision repeats itself, one fresh attempt is sampled at this temperature before the run stops.
 "Repeats itself" folds numbers ("got 3" after "got 4" is the same failure), and the sampled attempt is not
@@ -237,7 +237,7 @@ def _select(ep: Episode, s: RefineState, checks: Sequence[Check], k: int, prelud
         s.revising = (candidate, f"{verdict.feedback}\n{_evidence(verdict)}")
         ep.checkpoint(s)
         return None
-    codes = [prelude.rstrip("\n") + "\n" + s.selecting[i][0] if prelude else s.selecting[i][0] for i in passing]
+    codes = [preluded(prelude, s.selecting[i][0]) for i in passing]
     name = select_by.entry_name(s.task, codes) if len(passing) > 1 else None
     calls = select_by.probe_calls(run, s.task, name) if name else []
     chosen, clusters = select_by.choose(codes, calls) if calls else (0, [])

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..evaluate.answer import Validator, answer_validator
-from ..evaluate.checks import Check, CheckContext
+from ..evaluate.checks import Check, CheckContext, preluded
 from ..loops import Session
 from ..search.base import SearchBackend
 from ..tools.approval import Approver, defer
@@ -71,11 +71,11 @@ class Preluded:
     """`inner`, run on `prelude` + the candidate: a task's stub or imports in front of the reply."""
 
     def __init__(self, inner: Check, prelude: str) -> None:
-        self.inner, self.prelude = inner, prelude.rstrip("\n") + "\n"
+        self.inner, self.prelude = inner, prelude
         self.name, self.subjective = inner.name, inner.subjective
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        return self.inner.run(self.prelude + candidate, context)
+        return self.inner.run(preluded(self.prelude, candidate), context)
 
 
 @contextmanager

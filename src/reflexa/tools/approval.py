@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..structured import schema_error
 
 NAMESPACE = "approvals"
 """The store namespace of decisions, keyed by the call's effect key (run:step:tool:digest)."""
@@ -39,15 +40,7 @@ class ApprovalRequest:
 
 def invalid_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
     """Why `args` do not fit a tool's JSON schema (the most telling error), or None when they do."""
-    import jsonschema
-
-    if not schema:
-        return None
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(args))
-    if error is None:
-        return None
-    where = ".".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+    return schema_error(schema, args) if schema else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 from ..errors import ConfigError
+from ..structured import schema_error
 from ..types import ErrorCode, cap, valid_text
 from .registry import RESERVED, TOOL_TIMEOUT, Abandoned, Tool, ToolError
 
@@ -274,12 +275,8 @@ class _Args(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _follows_schema(cls, data: Any) -> Any:
-        import jsonschema
-
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(cls.schema_).iter_errors(data))
-        if error is not None:
-            where = ".".join(str(p) for p in error.absolute_path)
-            raise ValueError(f"{where + ': ' if where else ''}{cap(error.message, 200)}")
+        if (why := schema_error(cls.schema_, data, message_chars=200)) is not None:
+            raise ValueError(why)
         return data
 
 
