@@ -49,6 +49,9 @@ SelectOpt = Annotated[int | None, option(
     "(default 1: off).", min=1, max=16)]
 ReplyTokensOpt = Annotated[int | None, option(
     "N", "Tokens each attempt's reply may take (default 512); a reply cut there is asked again, shorter.", min=16)]
+ShowValuesOpt = Annotated[bool | None, option(
+    None, "A failing assert of --test-code also shows what its call computed, line by line (a traced rerun).",
+    names=("--show-values",))]
 RepairsOpt = Annotated[str | None, option(
     "HOW", "How a failed attempt is repaired: fixed (default: revise, then a fresh sample), revise (every "
     "time), learn (from the trace store's record of what converted) or frozen (that record, unchanged).")]
@@ -93,7 +96,7 @@ def _spec(loop: str, task: str, **fields: Any) -> TaskSpec:
 
 def refine(task: TaskArg, out: OutOpt = None, timeout: TimeoutOpt = None, max_attempts: AttemptsOpt = None,
            context: ContextOpt = None, repairs: RepairsOpt = None, select: SelectOpt = None,
-           max_reply_tokens: ReplyTokensOpt = None, **checks: Any) -> TaskSpec:
+           max_reply_tokens: ReplyTokensOpt = None, show_values: ShowValuesOpt = None, **checks: Any) -> TaskSpec:
     """Generate, check against objective signals, and revise until the checks pass or a bound is hit."""
     from ..tasks.kinds import kinds
 
@@ -101,7 +104,8 @@ def refine(task: TaskArg, out: OutOpt = None, timeout: TimeoutOpt = None, max_at
         if value is not None and kinds()[name].text_or_file:
             checks[name] = read_task(value, what=name.replace("_", " "))
     return _spec("refine", task, out=out, timeout=timeout, max_attempts=max_attempts, context=context,
-                 repairs=repairs, select=select, max_reply_tokens=max_reply_tokens, **checks)
+                 repairs=repairs, select=select, max_reply_tokens=max_reply_tokens, show_values=show_values,
+                 **checks)
 
 
 def _with_check_flags(build: Any) -> Any:

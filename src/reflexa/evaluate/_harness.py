@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import hashlib
 import json
 import os
 import reprlib
+import select
 import sys
 import traceback
 
@@ -216,9 +218,20 @@ _REPR.maxdict, _REPR.maxset, _REPR.maxlevel = 10, 10, 4
 class _Described(str):
     """A failing assert's message that names the value the candidate returned (the report says so)."""
 
+    values: list[str] = []
+    """The failing call run again with its lines traced (judge's `values` mode), else empty."""
 
-def _describe(text: str, got: object, message: object = None) -> str:
-    """The message of a rewritten assert: its source, and the value the candidate actually returned."""
+
+_TRACE_SECONDS = 3.0
+"""How long the judge waits for a failing call's traced rerun (which stops itself after 1.5 s, _serve.py's
+TRACE_SECONDS, unless a long call into C holds it); past it the message says so, and the verdict stands."""
+_TRACER: list[Wire] = []
+"""The wire whose candidate a failing assert's call is traced on (the judge's `values` mode), else empty."""
+
+
+def _describe(text: str, got: object, message: object = None, again: Callable[[], object] | None = None) -> str:
+    """The message of a rewritten assert: its source, and the value the candidate actually returned. In
+    `values` mode, `again` (the assert's call, once more) runs with the candidate's first call traced."""
     try:
         shown = _REPR.repr(got)
     except BaseException:  # a hostile __repr__ must not hide the failure
@@ -229,7 +242,10 @@ def _describe(text: str, got: object, message: object = None) -> str:
             out += f" ({message})"
         except BaseException:
             pass
-    return _Described(out[:_MESSAGE_CHARS])
+    described = _Described(out[:_MESSAGE_CHARS])
+    if again is not None and _TRACER:
+        described.values = _TRACER[0].traced(again)
+    return described
 
 
 class _Rewrite(ast.NodeTransformer):
@@ -252,12 +268,14 @@ class _Rewrite(ast.NodeTransformer):
         else:
             return node
         text = ast.get_source_segment(self.source, test) or ast.unparse(test)
+        again = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                           body=copy.deepcopy(getattr(holder, slot)))
         got = ast.NamedExpr(target=ast.Name("_reflexa_got", ast.Store()), value=getattr(holder, slot))
         setattr(holder, slot, ast.copy_location(got, getattr(holder, slot)))
         node.msg = ast.copy_location(ast.Call(
             func=ast.Name("_reflexa_describe", ast.Load()),
             args=[ast.Constant(" ".join(text.split())), ast.Name("_reflexa_got", ast.Load()),
-                  node.msg or ast.Constant(None)],
+                  node.msg or ast.Constant(None), again],
             keywords=[]), node)
         return ast.fix_missing_locations(node)
 
@@ -344,6 +362,21 @@ class Wire:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.tracing = False
+        self.trace: list[str] = []
+        self.broken = False
+        """A traced call did not answer in time: the wire is out of step, and no later call may use it."""
+
+    def traced(self, again: Callable[[], object]) -> list[str]:
+        """Run `again` (a failing assert's call) with the first call it makes of the candidate's traced there:
+        the lines that call ran and their values (_serve.py). Whatever it does, the verdict stands."""
+        self.tracing, self.trace = True, []
+        try:
+            again()
+        except BaseException:
+            pass
+        self.tracing = False
+        return self.trace
 
     def remote(self, data: dict[str, Any]) -> Remote:
         return Remote(self, data)
@@ -360,15 +393,34 @@ class Wire:
             named = {k: encode(v, self.reference) for k, v in kwargs.items()}
         except WireError as exc:
             raise TypeError(f"cannot pass that to the candidate's process: {exc}") from None
+        if self.tracing:  # one traced call: its record is all `traced` wants, so no value comes back
+            self.tracing = False
+            try:
+                send(self.fd, {"op": "trace", "id": target, "args": sent, "kwargs": named})
+            except WireError:
+                raise CandidateExit("traced") from None
+            if not select.select([self.fd], [], [], _TRACE_SECONDS)[0]:
+                # Still running (a loop no line event breaks, a sleep): its answer would come out of turn.
+                self.broken = True
+                self.trace = [f"… the call did not finish again within {_TRACE_SECONDS:g} s"]
+                raise CandidateExit("traced")
+            trace = self._exchange(None).get("trace")
+            if type(trace) is list:
+                self.trace = [_short(line) for line in trace[:20]]
+            raise CandidateExit("traced")
         reply = self._exchange({"op": "call", "id": target, "args": sent, "kwargs": named})
         value = self._result(reply)
         for before, after in zip(args, reply.get("args") or [], strict=False):
             _changed(before, decode(after, self.remote))
         return value
 
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _exchange(self, request: dict[str, Any] | None) -> dict[str, Any]:
+        """Send `request` (None: it was sent) and return the answer."""
+        if self.broken:
+            raise CandidateExit("the candidate's process did not answer a traced call in time")
         try:
-            send(self.fd, request)
+            if request is not None:
+                send(self.fd, request)
             reply = receive(self.fd)
         except WireError as exc:
             raise CandidateExit(f"the candidate's process ended before the tests finished ({exc})") from None
@@ -437,10 +489,13 @@ def _opening(first: Any) -> dict[str, Any] | None:
             "message": "the candidate's process answered no list of what it defines"}
 
 
-def run_judge(finish: Finish, tests_file: str) -> NoReturn:
+def run_judge(finish: Finish, tests_file: str, mode: str = "") -> NoReturn:
     """Run the tests against the candidate's process on the wire ($REFLEXA_WIRE_FD): its names bound as
-    values and handles, every call answered there, every comparison made here."""
+    values and handles, every call answered there, every comparison made here. Mode `values`: a failing
+    assert's call runs once more, traced, and the report holds what it computed on the way."""
     wire = Wire(int(os.environ.pop("REFLEXA_WIRE_FD")))
+    if mode == "values":
+        _TRACER.append(wire)
     os.set_inheritable(wire.fd, False)
     with open(tests_file, encoding="utf-8", errors="replace") as fh:
         tests = fh.read()
@@ -483,8 +538,11 @@ def _failed_tests(exc: BaseException, tests_file: str) -> dict[str, Any]:
         error, _, message = message.partition(": ")
     where = getattr(exc, "_reflexa_where", "") or _where(tb, (tests_file,))
     got = isinstance(exc, AssertionError) and bool(exc.args) and type(exc.args[0]) is _Described
-    return {"finished": False, "stage": "tests", "ran": True, "error": error, "message": message,
-            "got": got, "where": where}
+    report = {"finished": False, "stage": "tests", "ran": True, "error": error, "message": message,
+              "got": got, "where": where}
+    if got and exc.args[0].values:
+        report["values"] = exc.args[0].values
+    return report
 
 
 def _undumpable() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import os
 import sys
+import time
 import traceback
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded in the sandbox
@@ -22,9 +23,24 @@ if TYPE_CHECKING:
 
 DUNDERS: dict[str, Any] = {"len": len, "str": str, "repr": repr, "bool": bool, "hash": hash, "list": list}
 """What the judge may ask of a handle besides calls and attributes (`list`: iterating it)."""
+LAST_CALL = [0.0]
+"""Seconds the latest call took: a failing assert's call is the latest one, and is traced only when quick."""
 HANDLES: dict[int, Any] = {}
 """Objects the judge holds a handle to, by handle number."""
 MESSAGE_CHARS = 500
+TRACE_HEAD, TRACE_TAIL = 6, 4
+"""Records of a traced call kept: its first lines run and its last ones (where it went wrong, or what it
+returned from)."""
+TRACE_EVENTS = 5_000
+"""Lines a traced call may run before its tracing stops it: a long loop shows its start and where it was."""
+TRACE_SECONDS = 1.5
+"""Seconds a traced call may run before an alarm stops it (a loop of one line, a sleep: no line event
+comes). The judge waits a little longer for the record (_harness.py)."""
+VALUE_CHARS, RECORD_CHARS = 40, 160
+
+
+class _TraceEnd(BaseException):
+    """Raised into a traced call once it has run TRACE_EVENTS lines."""
 
 
 def _short(text: object) -> str:
@@ -74,6 +90,94 @@ def _failure(exc: BaseException, candidate: str) -> dict:
                       "where": _short(where)}}
 
 
+def _traced(target: Any, args: list, kwargs: dict, candidate: str) -> dict:
+    """Call `target` again with sys.settrace on the candidate's own lines: each line that runs, as written,
+    with the local values that are new or changed when it starts, then what the call returned or raised.
+    Only the feedback shows it: the judge's verdict was reached before this ran."""
+    import linecache  # here, not above: only a check's `values` mode needs them
+    import reprlib
+    import signal
+
+    shown = reprlib.Repr()
+    shown.maxstring, shown.maxother, shown.maxlist, shown.maxdict, shown.maxlevel = VALUE_CHARS, VALUE_CHARS, 6, 4, 2
+    head: list[str] = []
+    tail: list[str] = []
+    count = [0, 0]  # lines run, records made
+    last: dict = {}
+    raising: set = set()
+
+    def record(text: str) -> None:
+        text = _short(text)[:RECORD_CHARS]
+        count[1] += 1
+        if len(head) < TRACE_HEAD:
+            head.append(text)
+        else:
+            tail.append(text)
+            del tail[:-TRACE_TAIL]
+
+    def changed(frame: Any) -> str:
+        """The frame's local values that are new or changed since its last line, as name=value."""
+        before, now = last.setdefault(id(frame), {}), {}
+        for name, value in list(frame.f_locals.items()):
+            if name.startswith("__") or callable(value):
+                continue
+            try:
+                now[name] = shown.repr(value)
+            except BaseException:
+                now[name] = "<unprintable>"
+        last[id(frame)] = now
+        return ", ".join(f"{name}={text}" for name, text in now.items() if before.get(name) != text)
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "exception":  # a return that follows is the exception leaving the frame, not a value
+            raising.add(id(frame))
+        elif event == "return" and id(frame) in raising:
+            raising.discard(id(frame))
+        elif event == "line":
+            raising.discard(id(frame))
+            count[0] += 1
+            if count[0] > TRACE_EVENTS:
+                raise _TraceEnd
+            news = changed(frame)
+            line = linecache.getline(candidate, frame.f_lineno).strip()
+            record(f"`{line}`" + (f" with {news}" if news else ""))
+        elif event == "return":
+            try:
+                record(f"returns {shown.repr(arg)}")
+            except BaseException:
+                record("returns <unprintable>")
+        return local
+
+    def start(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename == candidate else None
+
+    try:
+        name = str(getattr(target, "__name__", type(target).__name__))
+        given = [shown.repr(a) for a in args] + [f"{k}={shown.repr(v)}" for k, v in kwargs.items()]
+        call = f"{name}({', '.join(given)})"
+    except BaseException:
+        call = "the call"
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _TraceEnd(f"… stopped after {TRACE_SECONDS:g} s")
+
+    before = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, TRACE_SECONDS)
+    sys.settrace(start)
+    try:
+        target(*args, **kwargs)
+    except _TraceEnd as end:
+        record(str(end) or f"… stopped after {TRACE_EVENTS} lines")
+    except BaseException as exc:
+        record(f"raises {type(exc).__name__}: {_short(exc)[:VALUE_CHARS * 2]}")
+    finally:
+        sys.settrace(None)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    left = count[1] - len(head) - len(tail)
+    return {"trace": [_short(call)[:RECORD_CHARS], *head, *([f"… {left} more"] if left > 0 else []), *tail]}
+
+
 def _names(namespace: dict) -> dict:
     """What the candidate defines at module level, for the judge to bind: plain values as they are, the rest
     (functions, classes) as handles."""
@@ -95,8 +199,17 @@ def _answer(request: dict, namespace: dict, candidate: str) -> dict:
     try:
         if op == "call":
             args, kwargs = [_arg(a) for a in request["args"]], {k: _arg(v) for k, v in request["kwargs"].items()}
-            value = target(*args, **kwargs)
+            started = time.monotonic()
+            try:
+                value = target(*args, **kwargs)
+            finally:
+                LAST_CALL[0] = time.monotonic() - started
             return {"value": _out(value), "args": [_out(a) for a in args]}
+        if op == "trace":  # the failing call once more, traced, for the feedback alone
+            if LAST_CALL[0] > TRACE_SECONDS / 3:  # a slow call run again could take the check past its limit
+                return {"trace": ["that call", f"… not run again: it took {LAST_CALL[0]:.1f} s"]}
+            args, kwargs = [_arg(a) for a in request["args"]], {k: _arg(v) for k, v in request["kwargs"].items()}
+            return _traced(target, args, kwargs, candidate)
         if op == "getattr":
             return {"value": _out(getattr(target, str(request["name"])))}
         if op == "eq":  # two handles: the candidate's own equality, as the tests compare its own objects

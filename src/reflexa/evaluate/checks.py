@@ -32,6 +32,8 @@ WIRE_ENV = "REFLEXA_WIRE_FD"
 """The environment variable naming the wire's descriptor in a script check's judge and candidate processes."""
 
 EVIDENCE_CHARS = 1500
+VALUES_CHARS = 900
+"""The traced values a failing call's message shows at most (PythonScriptCheck's `values`)."""
 """Output kept as a signal's evidence: the tail, where test runners put their summary."""
 
 
@@ -274,6 +276,10 @@ def _script_signal(source: str, report: dict[str, Any], output: str) -> Signal:
         pinpointed = bool(report.get("got")) and " failed: got " in text
     else:
         pinpointed = bool(where) and f" at `{where.split(': ', 1)[0]}: " in text
+    if isinstance(values := report.get("values"), list) and values:
+        call, *lines = [line for line in values if isinstance(line, str)] or [""]
+        text += (f"\nWhat {call or 'that call'} computed on the way (each line it ran, with the values that "
+                 "changed before it):\n" + cap("\n".join(lines), VALUES_CHARS))
     # An AssertionError means the code ran and was wrong somewhere (revise); anything else means wrong
     # direction (restart): a syntax error, a crash at import, a crash inside the tests.
     return Signal(source, False, ErrorCode.TEST_FAILED, text, evidence,
@@ -399,18 +405,23 @@ class PythonScriptCheck:
     threads, its forks, rewriting its own memory) reaches the tests, their comparisons or the report, and the
     test code is not in the candidate's sandbox to be read. Passes only when the judge saw the test code run
     to its end. A failing `assert f(x) == y` names the value the candidate returned: `assert f(2) == 4
-    failed: got 5`."""
+    failed: got 5`. With `values`, the message also shows what that call computed on the way: the call runs
+    once more in the candidate's process with its lines traced, and each line it ran is shown with the local
+    values it started from (the first TRACE_HEAD and the last TRACE_TAIL of them, _serve.py)."""
 
     subjective = False
 
-    def __init__(self, test_code: str, *, name: str = "python-tests", sandbox: Sandbox | None = None) -> None:
+    def __init__(self, test_code: str, *, name: str = "python-tests", sandbox: Sandbox | None = None,
+                 values: bool = False) -> None:
         self.test_code = test_code
         self.name = name
         self.sandbox = sandbox or Sandbox()
+        self.values = values
 
     def run(self, candidate: str, context: CheckContext) -> Signal:
-        judged, output, signal = _judged(self.name, self.sandbox, candidate, "candidate.py", ["judge", "tests.py"],
-                                         {"tests.py": self.test_code})
+        mode = ["values"] if self.values else []
+        judged, output, signal = _judged(self.name, self.sandbox, candidate, "candidate.py",
+                                         ["judge", "tests.py", *mode], {"tests.py": self.test_code})
         if signal is None and judged.report is None:
             signal = _no_report(self.name, judged, output)
         return _redacted(signal or _script_signal(self.name, judged.report or {}, output))

@@ -39,6 +39,8 @@ class CheckSetup:
     workdir: Path
     timeout: float
     """Seconds each check may run."""
+    values: bool = False
+    """Test code's failing call shows the values it computed on the way (the spec's `show_values`)."""
 
     @functools.cached_property
     def sandbox(self) -> Sandbox:
@@ -151,7 +153,7 @@ def _builtins() -> list[CheckKind]:
         CheckKind("tests", str, "A pytest file; it imports the candidate from module `solution` (or the --out "
                   "file's).", "FILE", _tests, path=True, problems=_tests_problems),
         CheckKind("test_code", str, "Python run after the candidate (asserts), or a .py file.", "CODE",
-                  lambda value, s: c.PythonScriptCheck(value, sandbox=s.sandbox), invalid=_python,
+                  lambda value, s: c.PythonScriptCheck(value, sandbox=s.sandbox, values=s.values), invalid=_python,
                   text_or_file=True),
         CheckKind("check", str, "A shell command run in a scratch copy of this folder, the candidate written to "
                   "--out; exit 0 passes.", "CMD",

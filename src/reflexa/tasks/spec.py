@@ -40,7 +40,7 @@ COMMON = frozenset({"loop", "task", "id", "model", "reflector_model", "max_token
 TOOLS = frozenset({"db", "write", "validate_", "tools", "mcp", "approve"})
 OWN_FIELDS: dict[str, frozenset[str]] = {
     "refine": frozenset({"checks", "out", "timeout", "max_attempts", "context", "prelude", "temperature", "seed",
-                          "repairs", "max_reply_tokens", "select"}),
+                          "repairs", "max_reply_tokens", "select", "show_values"}),
     "react": TOOLS | {"max_steps"},
     "trials": TOOLS | {"max_steps", "max_trials"},
     "plan": TOOLS | {"max_steps", "plan", "replan", "facts", "corpus", "search"},
@@ -96,6 +96,9 @@ class TaskSpec(BaseModel):
     max_reply_tokens: int = Field(default=512, ge=16, le=32_768)
     """Tokens each attempt's reply may take; a reply cut there before its code ends is a REPLY_CUT failure,
     repaired by asking for a shorter one."""
+    show_values: bool = False
+    """A failing assert of test code (`test_code`, HumanEval's `check`) also shows what its call computed: the
+    call runs once more, traced, and each line it ran is shown with the values that changed (docs/checks.md)."""
     repairs: Repairs = "fixed"
     """How a failed attempt is repaired: by the fixed rule (revise it; after a failed revision, a fresh sample),
     by revising every time (a revision that repeats itself gets one fresh sample; the fixed rule's ablation),
@@ -283,7 +286,7 @@ class TaskSpec(BaseModel):
 
     def check_setup(self) -> CheckSetup:
         """What the spec's checks are built with: the candidate's file, the working folder, the time limit."""
-        return CheckSetup(self.out_file, Path(self.workdir or "."), self.timeout)
+        return CheckSetup(self.out_file, Path(self.workdir or "."), self.timeout, self.show_values)
 
     def path_fields(self) -> tuple[str, ...]:
         """The fields that name a file or folder, relative to `workdir`: PATHS, `plan`, and the check kinds
