@@ -90,92 +90,98 @@ def _failure(exc: BaseException, candidate: str) -> dict:
                       "where": _short(where)}}
 
 
-def _traced(target: Any, args: list, kwargs: dict, candidate: str) -> dict:
-    """Call `target` again with sys.settrace on the candidate's own lines: each line that runs, as written,
-    with the local values that are new or changed when it starts, then what the call returned or raised.
-    Only the feedback shows it: the judge's verdict was reached before this ran."""
-    import linecache  # here, not above: only a check's `values` mode needs them
-    import reprlib
-    import signal
+class _Tracer:
+    """The record of one traced call: each line of the candidate's it runs, as written, with the local values
+    that are new or changed when it starts, then what the call returned or raised; the first TRACE_HEAD
+    records and the last TRACE_TAIL, the ones between counted."""
 
-    shown = reprlib.Repr()
-    shown.maxstring, shown.maxother, shown.maxlist, shown.maxdict, shown.maxlevel = VALUE_CHARS, VALUE_CHARS, 6, 4, 2
-    head: list[str] = []
-    tail: list[str] = []
-    count = [0, 0]  # lines run, records made
-    last: dict = {}
-    raising: set = set()
+    def __init__(self, candidate: str) -> None:
+        import linecache  # here, not above: only a check's `values` mode needs them
+        import reprlib
 
-    def record(text: str) -> None:
+        self.candidate, self.getline = candidate, linecache.getline
+        self.shown = reprlib.Repr()
+        self.shown.maxstring = self.shown.maxother = VALUE_CHARS
+        self.shown.maxlist, self.shown.maxdict, self.shown.maxlevel = 6, 4, 2
+        self.head: list[str] = []
+        self.tail: list[str] = []
+        self.lines = self.records = 0
+        self.last: dict = {}  # frame id -> {name: shown value} at its last line
+        self.raising: set = set()  # frames an exception is leaving
+
+    def record(self, text: str) -> None:
+        self.records += 1
         text = _short(text)[:RECORD_CHARS]
-        count[1] += 1
-        if len(head) < TRACE_HEAD:
-            head.append(text)
+        if len(self.head) < TRACE_HEAD:
+            self.head.append(text)
         else:
-            tail.append(text)
-            del tail[:-TRACE_TAIL]
+            self.tail = [*self.tail, text][-TRACE_TAIL:]
 
-    def changed(frame: Any) -> str:
+    def show(self, value: Any) -> str:
+        try:
+            return self.shown.repr(value)
+        except BaseException:
+            return "<unprintable>"
+
+    def changed(self, frame: Any) -> str:
         """The frame's local values that are new or changed since its last line, as name=value."""
-        before, now = last.setdefault(id(frame), {}), {}
-        for name, value in list(frame.f_locals.items()):
-            if name.startswith("__") or callable(value):
-                continue
-            try:
-                now[name] = shown.repr(value)
-            except BaseException:
-                now[name] = "<unprintable>"
-        last[id(frame)] = now
+        before = self.last.get(id(frame), {})
+        now = {name: self.show(value) for name, value in list(frame.f_locals.items())
+               if not name.startswith("__") and not callable(value)}
+        self.last[id(frame)] = now
         return ", ".join(f"{name}={text}" for name, text in now.items() if before.get(name) != text)
 
-    def local(frame: Any, event: str, arg: Any) -> Any:
+    def local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "exception":  # a return that follows is the exception leaving the frame, not a value
-            raising.add(id(frame))
-        elif event == "return" and id(frame) in raising:
-            raising.discard(id(frame))
-        elif event == "line":
-            raising.discard(id(frame))
-            count[0] += 1
-            if count[0] > TRACE_EVENTS:
-                raise _TraceEnd
-            news = changed(frame)
-            line = linecache.getline(candidate, frame.f_lineno).strip()
-            record(f"`{line}`" + (f" with {news}" if news else ""))
+            self.raising.add(id(frame))
         elif event == "return":
-            try:
-                record(f"returns {shown.repr(arg)}")
-            except BaseException:
-                record("returns <unprintable>")
-        return local
+            if id(frame) not in self.raising:
+                self.record(f"returns {self.show(arg)}")
+            self.raising.discard(id(frame))
+        elif event == "line":
+            self.raising.discard(id(frame))
+            self.lines += 1
+            if self.lines > TRACE_EVENTS:
+                raise _TraceEnd
+            news = self.changed(frame)
+            line = self.getline(self.candidate, frame.f_lineno).strip()
+            self.record(f"`{line}`" + (f" with {news}" if news else ""))
+        return self.local
 
-    def start(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == candidate else None
+    def start(self, frame: Any, event: str, arg: Any) -> Any:
+        return self.local if frame.f_code.co_filename == self.candidate else None
 
-    try:
-        name = str(getattr(target, "__name__", type(target).__name__))
-        given = [shown.repr(a) for a in args] + [f"{k}={shown.repr(v)}" for k, v in kwargs.items()]
-        call = f"{name}({', '.join(given)})"
-    except BaseException:
-        call = "the call"
+    def lines_shown(self) -> list[str]:
+        left = self.records - len(self.head) - len(self.tail)
+        return [*self.head, *([f"… {left} more"] if left > 0 else []), *self.tail]
+
+
+def _traced(target: Any, args: list, kwargs: dict, candidate: str) -> dict:
+    """Call `target` again, traced (_Tracer), under an alarm of TRACE_SECONDS. Only the feedback shows the
+    record: the judge's verdict was reached before this ran."""
+    import signal
+
+    tracer = _Tracer(candidate)
+    name = str(getattr(target, "__name__", type(target).__name__))
+    given = [tracer.show(a) for a in args] + [f"{k}={tracer.show(v)}" for k, v in kwargs.items()]
 
     def alarm(signum: int, frame: Any) -> None:
         raise _TraceEnd(f"… stopped after {TRACE_SECONDS:g} s")
 
     before = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, TRACE_SECONDS)
-    sys.settrace(start)
+    sys.settrace(tracer.start)
     try:
         target(*args, **kwargs)
     except _TraceEnd as end:
-        record(str(end) or f"… stopped after {TRACE_EVENTS} lines")
+        tracer.record(str(end) or f"… stopped after {TRACE_EVENTS} lines")
     except BaseException as exc:
-        record(f"raises {type(exc).__name__}: {_short(exc)[:VALUE_CHARS * 2]}")
+        tracer.record(f"raises {type(exc).__name__}: {_short(exc)[:VALUE_CHARS * 2]}")
     finally:
         sys.settrace(None)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
-    left = count[1] - len(head) - len(tail)
-    return {"trace": [_short(call)[:RECORD_CHARS], *head, *([f"… {left} more"] if left > 0 else []), *tail]}
+    return {"trace": [_short(f"{name}({', '.join(given)})")[:RECORD_CHARS], *tracer.lines_shown()]}
 
 
 def _names(namespace: dict) -> dict:
