@@ -40,7 +40,7 @@ VALUE_CHARS, RECORD_CHARS = 40, 160
 
 
 class _TraceEnd(BaseException):
-    """Raised into a traced call once it has run TRACE_EVENTS lines."""
+    """Raised into a traced call once it has run TRACE_EVENTS lines, or by the alarm after TRACE_SECONDS."""
 
 
 def _short(text: object) -> str:
