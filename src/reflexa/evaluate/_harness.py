@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -225,13 +226,13 @@ class _Described(str):
 _TRACE_SECONDS = 3.0
 """How long the judge waits for a failing call's traced rerun (which stops itself after 1.5 s, _serve.py's
 TRACE_SECONDS, unless a long call into C holds it); past it the message says so, and the verdict stands."""
-_TRACER: list[Wire] = []
-"""The wire whose candidate a failing assert's call is traced on (the judge's `values` mode), else empty."""
 
 
-def _describe(text: str, got: object, message: object = None, again: Callable[[], object] | None = None) -> str:
-    """The message of a rewritten assert: its source, and the value the candidate actually returned. In
-    `values` mode, `again` (the assert's call, once more) runs with the candidate's first call traced."""
+def _describe(text: str, got: object, message: object = None, again: Callable[[], object] | None = None, *,
+              tracer: Wire | None = None) -> str:
+    """The message of a rewritten assert: its source, and the value the candidate actually returned. With a
+    `tracer` (the judge's `values` mode), `again` (the assert's call, once more) runs with the candidate's
+    first call traced on it."""
     try:
         shown = _REPR.repr(got)
     except BaseException:  # a hostile __repr__ must not hide the failure
@@ -243,8 +244,8 @@ def _describe(text: str, got: object, message: object = None, again: Callable[[]
         except BaseException:
             pass
     described = _Described(out[:_MESSAGE_CHARS])
-    if again is not None and _TRACER:
-        described.values = _TRACER[0].traced(again)
+    if again is not None and tracer is not None:
+        described.values = tracer.traced(again)
     return described
 
 
@@ -494,8 +495,6 @@ def run_judge(finish: Finish, tests_file: str, mode: str = "") -> NoReturn:
     values and handles, every call answered there, every comparison made here. Mode `values`: a failing
     assert's call runs once more, traced, and the report holds what it computed on the way."""
     wire = Wire(int(os.environ.pop("REFLEXA_WIRE_FD")))
-    if mode == "values":
-        _TRACER.append(wire)
     os.set_inheritable(wire.fd, False)
     with open(tests_file, encoding="utf-8", errors="replace") as fh:
         tests = fh.read()
@@ -516,7 +515,7 @@ def run_judge(finish: Finish, tests_file: str, mode: str = "") -> NoReturn:
         finish({"finished": False, "stage": "candidate", "ran": True, "error": "WireError",
                 "message": _short(f"the candidate's process answered no plain data: {exc}"), "where": ""}, 1)
     namespace.update({"__name__": "__main__", "__file__": tests_file, "__builtins__": builtins,
-                      "_reflexa_describe": _describe})
+                      "_reflexa_describe": functools.partial(_describe, tracer=wire if mode == "values" else None)})
     try:
         _exec(tests_code, namespace)
     except BaseException as exc:

@@ -32,9 +32,9 @@ WIRE_ENV = "REFLEXA_WIRE_FD"
 """The environment variable naming the wire's descriptor in a script check's judge and candidate processes."""
 
 EVIDENCE_CHARS = 1500
+"""Output kept as a signal's evidence: the tail, where test runners put their summary."""
 VALUES_CHARS = 900
 """The traced values a failing call's message shows at most (PythonScriptCheck's `values`)."""
-"""Output kept as a signal's evidence: the tail, where test runners put their summary."""
 
 
 @dataclass(slots=True)
@@ -407,7 +407,7 @@ class PythonScriptCheck:
     to its end. A failing `assert f(x) == y` names the value the candidate returned: `assert f(2) == 4
     failed: got 5`. With `values`, the message also shows what that call computed on the way: the call runs
     once more in the candidate's process with its lines traced, and each line it ran is shown with the local
-    values it started from (the first TRACE_HEAD and the last TRACE_TAIL of them, _serve.py)."""
+    values that changed before it (the first TRACE_HEAD and the last TRACE_TAIL of them, _serve.py)."""
 
     subjective = False
 
