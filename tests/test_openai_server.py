@@ -86,7 +86,9 @@ def test_refine_through_the_server(server):
 
 def test_a_time_budget_ends_a_request_the_server_is_still_answering(server):
     model = resolve_model(f"openai:{server}#smollm2")
-    completion = model.complete([{"role": "user", "content": "Count from 1 to 500, one number a line."}],
-                                max_tokens=300, time_left=0.2)
+    # A prompt of about 1,200 tokens that the model echoes takes seconds to answer here; a short one can end
+    # on its own in under the 0.2 s budget and leave nothing to cut off.
+    prompt = "The quick brown fox jumps over the lazy dog. " * 120 + "Count from 1 to 500, one number a line."
+    completion = model.complete([{"role": "user", "content": prompt}], max_tokens=300, time_left=0.2)
     assert completion.finish_reason == "time" and completion.text == ""
     assert model.complete([{"role": "user", "content": "Say hello."}], max_tokens=8).text.strip()  # still serving
