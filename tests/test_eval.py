@@ -286,6 +286,29 @@ def test_humaneval_gives_164_tasks_whose_own_check_passes_the_canonical_solution
     assert not all(check.run(wrong, CheckContext()).ok for check in checks(spec))
 
 
+def test_humaneval_plus_scores_the_extra_inputs_against_the_reference(tmp_path):
+    """The visible check stays HumanEval's own; the score adds each extra input, the answer's result against
+    the reference's. An answer that special-cases what HumanEval's tests never try passes them and fails."""
+    from reflexa.eval.dataset import humaneval_problems
+    from reflexa.eval.score import scored
+    from reflexa.evaluate.checks import CheckContext
+    from reflexa.tasks.run import checks
+
+    solutions = [p["prompt"] + p["canonical_solution"] for p in humaneval_problems()]
+    plus = write_jsonl(tmp_path / "plus.jsonl", [{"task_id": "HumanEval/0", "reference": solutions[0], "atol": 0,
+                                                  "inputs": [[[1.0, 1.05], 0.1], [[1.0, 3.0], 0.5]]}])
+    tasks = read_dataset(f"humaneval+:{plus}", tmp_path / "out")
+    assert len(tasks) == 164 and tasks[1].score is None  # no extra inputs: its own tests decide
+    task = tasks[0]
+    assert task.spec.checks == read_dataset("humaneval", tmp_path / "plain")[0].spec.checks
+    pairs_wrong = solutions[0].replace('    """\n', '    """\n    if len(numbers) == 2:\n        return False\n', 1)
+    assert pairs_wrong != solutions[0] and all(check.run(pairs_wrong, CheckContext()).ok for check in checks(task.spec))
+    assert scored(task, solutions[0], True) and not scored(task, pairs_wrong, True)
+    shipped = read_dataset("humaneval+:" + str(Path(__file__).parents[1] / "bench/data/humanevalplus.jsonl.gz"),
+                           tmp_path / "shipped")
+    assert sum(t.score is not None for t in shipped) == 161 and scored(shipped[2], solutions[2], True)
+
+
 def test_mbpp_shows_the_first_assert_and_scores_all_of_them(tmp_path):
     source = write_jsonl(tmp_path / "mbpp.jsonl", [{
         "name": "mbpp_1_double", "prompt": "def double(x: int) -> int:\n    \"\"\"Double x.\"\"\"\n",

@@ -17,7 +17,8 @@ from .options import JsonOpt, ModelOpt, ReflectorOpt, TraceOpt, budget_flags, op
 
 DatasetArg = Annotated[str, typer.Argument(
     metavar="DATASET", show_default=False,
-    help="A JSON Lines file of task specs (each may carry a `score`), or humaneval, mbpp:PATH, hotpotqa:PATH.")]
+    help="A JSON Lines file of task specs (each may carry a `score`), or humaneval, humaneval+:PATH, mbpp:PATH, "
+         "hotpotqa:PATH.")]
 
 
 def _eval(

