@@ -414,3 +414,22 @@ def test_visible_only_script_splits_single_s_answers_from_the_conversions(tmp_pa
     assert out[0].endswith("(5): one attempt passes the visible check on 2, and 1 of those fail the hidden asserts")
     assert out[1] == ("  refine: 3 visible only, 1 of them single's; 3 visible conversions, 2 of them fail the "
                       "hidden asserts (67%), 1 of those naming a value of the visible assert")
+
+
+def test_rescore_scores_stored_answers_on_another_datasets_score_and_resumes(tmp_path):
+    """A stored answer that passes the visible check but not the dataset's score is counted visible-only; the
+    verdicts are written as they finish, and a second run reads them instead of scoring again."""
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "double", "task": "Write double(x).", "test_code": "assert double(2) == 4\n",
+                                "score": {"test_code": "assert double(2) == 4\nassert double(3) == 6\n"}}) + "\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"key": f"double::{name}", "task": "double", "strategy": name, "visible": True,
+                                        "passed": True, "answer": answer}) + "\n"
+                            for name, answer in [("right", "def double(x):\n    return 2 * x\n"),
+                                                 ("fits", "def double(x):\n    return 4\n")]))
+    out = tmp_path / "verdicts.jsonl"
+    table = run("bench/rescore.py", str(rows), str(data), str(out))
+    assert "| right | 1 | 1 | 1 | 0 |" in table and "| fits | 1 | 1 | 0 | 1 |" in table
+    assert len(out.read_text().splitlines()) == 2
+    rows.write_text(rows.read_text().replace("return 4", "return 2 * x"))  # a rescore would now pass it
+    assert "| fits | 1 | 1 | 0 | 1 |" in run("bench/rescore.py", str(rows), str(data), str(out))
