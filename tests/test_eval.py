@@ -304,6 +304,12 @@ def test_humaneval_plus_scores_the_extra_inputs_against_the_reference(tmp_path):
     pairs_wrong = solutions[0].replace('    """\n', '    """\n    if len(numbers) == 2:\n        return False\n', 1)
     assert pairs_wrong != solutions[0] and all(check.run(pairs_wrong, CheckContext()).ok for check in checks(task.spec))
     assert scored(task, solutions[0], True) and not scored(task, pairs_wrong, True)
+    (tmp_path / "bad.jsonl").write_text('{"task_id": "HumanEval/0", "inputs": 3}\n')
+    for source, message in [("humaneval+", "humaneval+ needs its data file"), ("humaneval+:nowhere.jsonl",
+                            "humaneval+ data not found"), (f"humaneval+:{tmp_path / 'bad.jsonl'}", "line 1: not a Hu")]:
+        with pytest.raises(ConfigError) as raised:
+            read_dataset(source, tmp_path / "bad")
+        assert message in str(raised.value)
     shipped = read_dataset("humaneval+:" + str(Path(__file__).parents[1] / "bench/data/humanevalplus.jsonl.gz"),
                            tmp_path / "shipped")
     assert sum(t.score is not None for t in shipped) == 161 and scored(shipped[2], solutions[2], True)

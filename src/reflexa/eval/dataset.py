@@ -126,7 +126,8 @@ def adapt(source: str, out: Path) -> Path:
 
 def _source_rows(target: str, kind: str) -> list[dict[str, Any]]:
     if not target:
-        raise ConfigError(f"{kind} needs its data file: {kind}:PATH", hint="the project's copy: ../shared/data/")
+        copy = "bench/data/humanevalplus.jsonl.gz" if kind == "humaneval+" else "../shared/data/"
+        raise ConfigError(f"{kind} needs its data file: {kind}:PATH", hint=f"the project's copy: {copy}")
     path = Path(target)
     if not path.is_file():
         raise ConfigError(f"{kind} data not found: {path}")
@@ -201,7 +202,13 @@ def humaneval_plus(target: str, out: Path) -> list[dict[str, Any]]:
     """HumanEval with HumanEval+'s extra inputs in the score: the visible check stays HumanEval's own tests,
     and a problem with extra inputs (`target`: JSON Lines of task_id, inputs, reference, atol) is scored on
     those tests and on its reference's results for each input."""
-    plus = {row["task_id"]: row for row in _source_rows(target, "humaneval+")}
+    fields = ("task_id", "inputs", "reference", "atol")
+    plus = {}
+    for number, row in enumerate(_source_rows(target, "humaneval+"), 1):
+        if not isinstance(row, dict) or any(key not in row for key in fields) or not isinstance(row["inputs"], list):
+            raise ConfigError(f"{target}: line {number}: not a HumanEval+ row",
+                              hint=f"each line holds {', '.join(fields)} (inputs: a list of argument lists)")
+        plus[row["task_id"]] = row
     rows = humaneval("", out)
     for row, p in zip(rows, humaneval_problems(), strict=True):
         if (extra := plus.get(row["id"])) is not None:
