@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-import math
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from reflexa.eval.dataset import humaneval_problems  # noqa: E402
+from reflexa.eval.dataset import humaneval_problems, same_result  # noqa: E402
 
 COMMIT = "8939a533d9fba07b4ae77e645a9b1a2c2e4b335e"
 OUT = Path(__file__).parent / "data" / "humanevalplus.jsonl.gz"
@@ -34,16 +33,6 @@ def blob(repo: Path, name: str) -> list[dict[str, Any]]:
     text = subprocess.run(["git", "-C", str(repo), "show", f"{COMMIT}:{name}"], check=True, capture_output=True,
                           text=True).stdout
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def same(got: Any, want: Any, atol: float) -> bool:
-    """The score's comparison (reflexa.eval.dataset.PLUS_TESTS)."""
-    if got == want:
-        return True
-    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)) and len(got) == len(want):
-        return all(same(g, w, atol) for g, w in zip(got, want, strict=True))
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, want))
-    return numbers and math.isclose(got, want, rel_tol=1e-07, abs_tol=atol)
 
 
 def function(source: str, name: str) -> Any:
@@ -86,7 +75,7 @@ def main(repo: Path) -> None:
                 dropped["refused by the contract or failing in the reference"] += 1
                 continue
             try:
-                agrees = same(timed(canonical, args), want, ref["atol"])
+                agrees = same_result(timed(canonical, args), want, ref["atol"])
             except BaseException:  # noqa: BLE001
                 agrees = False
             if not agrees:

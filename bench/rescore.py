@@ -27,8 +27,7 @@ def main(rows_path: Path, dataset: str, out: Path) -> None:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     with tempfile.TemporaryDirectory() as scratch:
         tasks = {task.id: task for task in read_dataset(dataset, Path(scratch))}
-        done = {json.loads(line)["key"]: json.loads(line) for line in out.read_text().splitlines()} \
-            if out.exists() else {}
+        done = {v["key"]: v for v in map(json.loads, out.read_text().splitlines())} if out.exists() else {}
         with out.open("a") as sink:
             for row in rows:
                 if row["key"] in done or row["task"] not in tasks:

@@ -16,7 +16,9 @@ on is a file a user can read, edit and run again.
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,42 +162,48 @@ def humaneval_problems() -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh]
 
 
+def _humaneval_row(p: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": p["task_id"], "task": _coding_task(p["prompt"]),
+                           "test_code": f"{p['test']}\ncheck({p['entry_point']})\n"}
+    if imports := _imports(p["prompt"]):
+        row["prelude"] = imports
+    return row
+
+
 def humaneval(target: str, out: Path) -> list[dict[str, Any]]:
     """HumanEval: the prompt as the task, its `check(entry_point)` as the visible check (and the score)."""
-    rows = []
-    for p in humaneval_problems():
-        row: dict[str, Any] = {"id": p["task_id"], "task": _coding_task(p["prompt"]),
-                               "test_code": f"{p['test']}\ncheck({p['entry_point']})\n"}
-        if imports := _imports(p["prompt"]):
-            row["prelude"] = imports
-        rows.append(row)
-    return rows
+    return [_humaneval_row(p) for p in humaneval_problems()]
+
+
+def same_result(got: Any, want: Any, atol: float) -> bool:
+    """HumanEval+'s comparison of a result with the reference's: equal, or for numbers (element by element in
+    lists and tuples) within evalplus's tolerance, relative 1e-7 or the problem's absolute `atol`."""
+    if got == want:
+        return True
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)) and len(got) == len(want):
+        return all(same_result(g, w, atol) for g, w in zip(got, want, strict=True))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, want))
+    return numbers and math.isclose(got, want, rel_tol=1e-07, abs_tol=atol)
 
 
 PLUS_TESTS = '''
-import copy as _copy, json as _json, math as _math
+import copy as _copy, json as _json, math
+from typing import Any
 _plus = _json.loads({plus!r})
 _namespace = {{}}
 exec(compile(_plus["reference"], "reference", "exec"), _namespace)
 
 
-def _same(got, want):
-    if got == want:
-        return True
-    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)) and len(got) == len(want):
-        return all(_same(g, w) for g, w in zip(got, want))
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, want))
-    return numbers and _math.isclose(got, want, rel_tol=1e-07, abs_tol=_plus["atol"])
-
+{same}
 
 for _i, _args in enumerate(_plus["inputs"]):
     _want = _namespace[{entry!r}](*_copy.deepcopy(_args))
     _got = {entry}(*_copy.deepcopy(_args))
-    assert _same(_got, _want), f"HumanEval+ input {{_i}}: returned {{_got!r:.200}}, the reference {{_want!r:.200}}"
+    assert same_result(_got, _want, _plus["atol"]), \\
+        f"HumanEval+ input {{_i}}: returned {{_got!r:.200}}, the reference {{_want!r:.200}}"
 '''
 """The score's extra tests for one problem: the reference runs in the judge (not in the candidate's sandbox),
-and the candidate's result on each input must equal it, or for numbers be within evalplus's tolerance
-(relative 1e-7, or the problem's absolute `atol`)."""
+and the candidate's result on each input must be its `same_result` (whose source the tests carry)."""
 
 
 def humaneval_plus(target: str, out: Path) -> list[dict[str, Any]]:
@@ -209,11 +217,15 @@ def humaneval_plus(target: str, out: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"{target}: line {number}: not a HumanEval+ row",
                               hint=f"each line holds {', '.join(fields)} (inputs: a list of argument lists)")
         plus[row["task_id"]] = row
-    rows = humaneval("", out)
-    for row, p in zip(rows, humaneval_problems(), strict=True):
+    same = inspect.getsource(same_result)
+    rows = []
+    for p in humaneval_problems():
+        row = _humaneval_row(p)
         if (extra := plus.get(row["id"])) is not None:
             data = json.dumps({k: extra[k] for k in ("inputs", "reference", "atol")})
-            row["score"] = {"test_code": row["test_code"] + PLUS_TESTS.format(plus=data, entry=p["entry_point"])}
+            tests = PLUS_TESTS.format(plus=data, same=same, entry=p["entry_point"])
+            row["score"] = {"test_code": row["test_code"] + tests}
+        rows.append(row)
     return rows
 
 
