@@ -39,10 +39,10 @@ def test_a_humaneval_check_function_is_traced_and_a_passing_candidate_is_untouch
 
 
 def test_a_long_loop_is_cut_and_the_trace_stops_it():
-    tests = "assert spin(10 ** 7) == 0\n"
+    tests = "assert spin(10 ** 6) == 0\n"  # fast enough untraced to be run again even on a busy machine
     candidate = "def spin(n):\n    total = 0\n    for i in range(n):\n        total += 1\n    return total\n"
     signal = PythonScriptCheck(tests, values=True).run(candidate, CheckContext())
-    assert signal.code is ErrorCode.TEST_FAILED and "failed: got 10000000" in signal.message
+    assert signal.code is ErrorCode.TEST_FAILED and "failed: got 1000000" in signal.message
     assert "stopped after 5000 lines" in signal.message
     assert len(signal.message) < 1600
 
