@@ -126,10 +126,17 @@ def adapt(source: str, out: Path) -> Path:
     return path
 
 
+DATA_HINTS = {
+    "humaneval+": "the repository's copy: bench/data/humanevalplus.jsonl.gz",
+    "mbpp": "MBPP in MultiPL-E's typed Python layout (mbpp-py: name, prompt, entry_point, test per line)",
+    "hotpotqa": "HotpotQA's distractor set as JSON Lines (question, answer, supporting_facts, context per line)",
+}
+"""What an adapter's data file is, for the error when none is given."""
+
+
 def _source_rows(target: str, kind: str) -> list[dict[str, Any]]:
     if not target:
-        copy = "bench/data/humanevalplus.jsonl.gz" if kind == "humaneval+" else "../shared/data/"
-        raise ConfigError(f"{kind} needs its data file: {kind}:PATH", hint=f"the project's copy: {copy}")
+        raise ConfigError(f"{kind} needs its data file: {kind}:PATH", hint=DATA_HINTS[kind])
     path = Path(target)
     if not path.is_file():
         raise ConfigError(f"{kind} data not found: {path}")
