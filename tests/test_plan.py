@@ -284,6 +284,23 @@ def test_the_validator_judges_the_plan_s_answer_with_every_part_it_asks_for():
     assert "does not match" in model.prompts[2][-1]["content"]
 
 
+def test_the_planner_sees_what_the_tools_work_on(tmp_path):
+    """A sub-goal's task names tables the planner saw, not guessed ones: the SQL toolset's schema is in its
+    prompt, as it is in react's."""
+    import sqlite3
+
+    from reflexa import sql_tools
+
+    db = tmp_path / "obs.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE scope (scope_cd TEXT, apert_mm INTEGER)")
+    conn.close()
+    s, model = session(tree(sub("a")), final("x"))
+    plan("Which telescope has the largest aperture?", sql_tools(db), session=s)
+    planner = model.prompts[0][0]["content"]
+    assert "What the tools work on:" in planner and "scope" in planner and "apert_mm" in planner
+
+
 def test_a_research_sink_is_held_to_the_plan_s_validator():
     """research takes no validator itself: the plan judges the sink's answer with it, as it does a react or
     refine sink's (a research sink once ended PASSED whatever the validator said)."""

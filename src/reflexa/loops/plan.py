@@ -272,7 +272,7 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
 
 def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
     """The planner's tree, validated in code, with one re-ask naming every problem."""
-    messages = prompts.plan_messages(s.task, ctx.registry.describe())
+    messages = prompts.plan_messages(s.task, _tools_text(ctx.registry))
     first: list[str] = []
     for _ in (1, 2):
         reply = ep.run.call(Role.PLANNER, messages, schema=goals.Planned, max_tokens=PLAN_TOKENS, reask=False)
@@ -294,6 +294,13 @@ def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
         messages = prompts.reask(messages, reply.text, errors)
     ep.run.record(PlanRejected(tree.model_dump() if tree is not None else None, errors))
     return Stop(StopReason.UNRECOVERABLE, "the planner's plan cannot run: " + "; ".join(errors)[:400])
+
+
+def _tools_text(registry: ToolRegistry) -> str:
+    """The tools as the planner sees them: what each does, then what they work on (a database's tables and
+    columns, an API's description), so a sub-goal's task names what exists instead of a guess."""
+    context = registry.context()
+    return registry.describe() + (f"\n\nWhat the tools work on:\n{context}" if context else "")
 
 
 def _ready(s: PlanState) -> Unit | None:
@@ -488,7 +495,7 @@ def _replan(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, reason: str, 
     sub = tree.get(unit.name)
     blocked = sorted({lesson.control.tool for lesson in s.lessons
                       if lesson.control and lesson.control.kind == "block_tool"})
-    messages = prompts.replan_messages(s.task, ctx.registry.describe(), name=sub.name, subgoal=sub.task,
+    messages = prompts.replan_messages(s.task, _tools_text(ctx.registry), name=sub.name, subgoal=sub.task,
                                        reason=reason, blocked=blocked)
     reply = ep.run.call(Role.PLANNER, messages, schema=prompts.Replanned, max_tokens=256)
     value = reply.value if reply is not None else None
