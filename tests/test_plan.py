@@ -260,47 +260,6 @@ def test_no_planner_reply_crashes_the_plan(reply):
     assert model.calls == 2 and s.store.get_run(result.run_id).status == "finished"
 
 
-def test_the_validator_judges_the_plan_s_answer_with_every_part_it_asks_for():
-    """A request of two parts is answered by two sub-goals: the validator accepts the last one's answer after
-    the first one's, the run passes without a rejected answer, and the plan answers what was checked."""
-    both = lambda answer: None if "customer 17" in answer and "Lisbon" in answer else "does not match"  # noqa: E731
-    given = tree(sub("buyer", "Who placed order 5?"), sub("city", "Where does that buyer live?", ["buyer"]))
-    s, model = session(final("customer 17"), final("Lisbon"))
-    result = plan("Who placed order 5, and where do they live?", TOOLS, session=s, tree=given, validator=both)
-    assert result.stop_reason is StopReason.PASSED and model.calls == 2
-    assert result.output == "buyer: customer 17\ncity: Lisbon"
-    assert [u["status"] for u in result.details["subgoals"]] == ["answered", "passed"]
-    # The last unit sees the whole request: a part the tree left out is its to find.
-    assert "the whole request" not in model.prompts[0][-1]["content"]
-    assert "the whole request (your answer completes it) = Who placed order 5, and where do they live?" in \
-        model.prompts[1][-1]["content"]
-    # An answer that holds every part alone is the plan's answer as it is.
-    s, _ = session(final("customer 17"), final("customer 17 lives in Lisbon"))
-    assert plan("Who, and where?", TOOLS, session=s, tree=given, validator=both).output == "customer 17 lives in Lisbon"
-    # A wrong last answer fails alone and with the others: the unit sees the validator's words.
-    s, model = session(final("customer 17"), final("Porto"), final("Porto"), final("Porto"))
-    wrong = plan("Who, and where?", TOOLS, session=s, tree=given, validator=both, replan=False, max_steps=2)
-    assert not wrong.passed and wrong.details["subgoals"][1]["status"] == "failed"
-    assert "does not match" in model.prompts[2][-1]["content"]
-
-
-def test_the_planner_sees_what_the_tools_work_on(tmp_path):
-    """A sub-goal's task names tables the planner saw, not guessed ones: the SQL toolset's schema is in its
-    prompt, as it is in react's."""
-    import sqlite3
-
-    from reflexa import sql_tools
-
-    db = tmp_path / "obs.sqlite"
-    with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE scope (scope_cd TEXT, apert_mm INTEGER)")
-    conn.close()
-    s, model = session(tree(sub("a")), final("x"))
-    plan("Which telescope has the largest aperture?", sql_tools(db), session=s)
-    planner = model.prompts[0][0]["content"]
-    assert "What the tools work on:" in planner and "scope" in planner and "apert_mm" in planner
-
-
 def test_a_research_sink_is_held_to_the_plan_s_validator():
     """research takes no validator itself: the plan judges the sink's answer with it, as it does a react or
     refine sink's (a research sink once ended PASSED whatever the validator said)."""

@@ -138,9 +138,6 @@ class PlanState(Serial):
     """The time the finished units took (a resume adds it back to the time budget)."""
     replans: int = 0
     budget_stop: StopReason | None = None
-    joined: str | None = None
-    """The plan's answer when the request's validator accepted the last sub-goal's answer only after the
-    answers before it (a request of several parts): what the plan answers, as it was checked."""
 
     def unit(self, name: str) -> Unit:
         return next(u for u in self.units if u.name == name)
@@ -149,8 +146,7 @@ class PlanState(Serial):
         answered = [u for u in self.units if u.answer is not None and u.status in DONE]
         sinks = GoalTree.model_validate(self.tree).sinks() if self.tree else []
         whole = len(sinks) == 1 and any(u.name == sinks[0] for u in answered)
-        output = (self.joined if self.joined is not None and self.units[-1].status == "passed"
-                  else self.unit(sinks[0]).answer if whole
+        output = (self.unit(sinks[0]).answer if whole
                   else "\n".join(f"{u.name}: {u.answer}" for u in answered) or None)
         every = bool(self.units) and all(u.status == "passed" for u in self.units)
         details = {"tree": self.tree, "subgoals": [u.to_dict() for u in self.units],
@@ -208,16 +204,14 @@ def plan(task: str, tools: ToolRegistry | Sequence[Tool | ToolSource], *, sessio
     before any model call, ConfigError when it cannot run). One `budget` covers the planner, every unit
     and the replan; each unit takes at most `max_steps` steps. `facts` are global memory (e.g. "budget
     5,000 EUR"): with the answers of a unit's dependencies they fill its memory slots when it starts.
-    `validator` (as react's) checks the plan's answer, as the last sub-goal's check besides its own: that
-    sub-goal's answer alone or, when that fails, after the answers of the sub-goals before it (a request of
-    several parts is answered by several); the plan answers the form that passed. `db` is the database SQL
-    checks run on, `search` the backend of research units. A failed sub-goal is replanned once (`replan`),
-    else its dependents are skipped; independent branches go on. A control learnt in one unit (a blocked
-    tool or value, a forced action), and an unrecoverable tool error, are applied to every later unit.
-    PASSED when every sub-goal passed an objective check, or every one answered and `validator` accepted
-    the plan's answer; ANSWERED_UNVERIFIED when all answered and some were unchecked; else the worst unit's
-    reason, with the answers so far as the output. `resume=RUN_ID` continues a killed plan: finished
-    sub-goals are skipped, an unfinished child run is resumed (so no side effect is repeated)."""
+    `validator` (as react's) checks the answer of every sub-goal no other depends on, besides its own check; `db` is
+    the database SQL checks run on, `search` the backend of research units. A failed sub-goal is
+    replanned once (`replan`), else its dependents are skipped; independent branches go on. A control
+    learnt in one unit (a blocked tool or value, a forced action), and an unrecoverable tool error, are
+    applied to every later unit. PASSED only when every sub-goal passed an objective check;
+    ANSWERED_UNVERIFIED when all answered and some were unchecked; else the worst unit's reason, with the
+    answers so far as the output. `resume=RUN_ID` continues a killed plan: finished sub-goals are skipped,
+    an unfinished child run is resumed (so no side effect is repeated)."""
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     session = session or Session()
     db_path = Path(db) if db is not None else None
@@ -267,12 +261,12 @@ def _plan(ep: Episode, s: PlanState, ctx: Context) -> Stop:
             s.spent.setdefault(role, Usage()).add(usage)
         _propagate(ep, s, unit.name, ran.run_id)
         _settle(ep, s, tree, unit, ran, ctx)
-    return _overall(s, judged=ctx.validator is not None)
+    return _overall(s)
 
 
 def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
     """The planner's tree, validated in code, with one re-ask naming every problem."""
-    messages = prompts.plan_messages(s.task, _tools_text(ctx.registry))
+    messages = prompts.plan_messages(s.task, ctx.registry.describe())
     first: list[str] = []
     for _ in (1, 2):
         reply = ep.run.call(Role.PLANNER, messages, schema=goals.Planned, max_tokens=PLAN_TOKENS, reask=False)
@@ -294,13 +288,6 @@ def _planned(ep: Episode, s: PlanState, ctx: Context) -> GoalTree | Stop:
         messages = prompts.reask(messages, reply.text, errors)
     ep.run.record(PlanRejected(tree.model_dump() if tree is not None else None, errors))
     return Stop(StopReason.UNRECOVERABLE, "the planner's plan cannot run: " + "; ".join(errors)[:400])
-
-
-def _tools_text(registry: ToolRegistry) -> str:
-    """The tools as the planner sees them: what each does, then what they work on (a database's tables and
-    columns, an API's description), so a sub-goal's task names what exists instead of a guess."""
-    context = registry.context()
-    return registry.describe() + (f"\n\nWhat the tools work on:\n{context}" if context else "")
 
 
 def _ready(s: PlanState) -> Unit | None:
@@ -332,11 +319,8 @@ def _run_unit(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ctx: Contex
     if child is not None:  # the resumed child counts what it spent before the kill itself
         budget = widened(budget, Usage.total(st.usage for st in ep.run.store.steps(child.run_id) if st.role))
     meta = {**ctx.meta, "parent": ep.run.run_id, "subgoal": unit.name, "attempt": unit.attempts}
-    last = unit.name == s.units[-1].name
-    if last:
-        s.joined = None
     checks = [v for v in (goals.validator(sub.check, ctx.db) if sub.check else None,
-                          _whole(ctx.validator, s, unit.name) if last and ctx.validator else None) if v is not None]
+                          ctx.validator if sub.name in tree.sinks() else None) if v is not None]
     memory = _memory(s, tree, sub)
     resume = child.run_id if child is not None else None
     if sub.loop == "refine":
@@ -363,26 +347,6 @@ def _run_unit(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, ctx: Contex
     return Ran.of(result)
 
 
-def _whole(validator: Validator, s: PlanState, name: str) -> Validator:
-    """The request's validator as the check of the last sub-goal, `name`: it judges the plan's answer, which is
-    that sub-goal's answer alone or, when that fails, the answers of the sub-goals before it with it (a request
-    of several parts, "which X, and where is it?", is answered by several sub-goals). The form that passed
-    is kept in `s.joined`."""
-
-    def check(answer: str) -> str | None:
-        if (problem := validator(answer)) is None:
-            return None
-        earlier = [f"{u.name}: {u.answer}" for u in s.units
-                   if u.name != name and u.status in DONE and u.answer is not None]
-        joined = "\n".join([*earlier, f"{name}: {answer}"])
-        if earlier and validator(joined) is None:
-            s.joined = joined
-            return None
-        return problem
-
-    return check
-
-
 def _checked(result: Result, check: Validator | None) -> Result:
     """A research unit's result judged by the unit's check (research takes none itself): its answer passes
     the check, or the unit failed, whatever the citation audit said."""
@@ -395,19 +359,15 @@ def _checked(result: Result, check: Validator | None) -> Result:
 
 
 def _memory(s: PlanState, tree: GoalTree, sub: Subgoal) -> list[str]:
-    """The unit's memory slots, most needed first: its dependencies' answers, the whole request for the last
-    unit (whose answer, with those before it, must answer the request: a part the tree left out is its to
-    find), the task's facts, then other finished units' answers (the workspace keeps as many as its caps
-    allow)."""
+    """The unit's memory slots, most needed first: its dependencies' answers, the task's facts, then
+    other finished units' answers (the workspace keeps as many as its caps allow)."""
     def card(name: str) -> str:
         return f"{name} ({tree.get(name).task[:80]}) = {s.unit(name).answer}"
 
     deps = [card(d) for d in sub.depends_on if s.unit(d).answer is not None]
-    request = ([f"the whole request (your answer completes it) = {s.task}"]
-               if len(s.units) > 1 and sub.name == s.units[-1].name else [])
     others = [card(u.name) for u in s.units if u.status in DONE and u.answer is not None
               and u.name not in sub.depends_on]
-    return [*deps, *request, *s.facts, *others]
+    return [*deps, *s.facts, *others]
 
 
 def _with_memory(task: str, memory: list[str]) -> str:
@@ -495,7 +455,7 @@ def _replan(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, reason: str, 
     sub = tree.get(unit.name)
     blocked = sorted({lesson.control.tool for lesson in s.lessons
                       if lesson.control and lesson.control.kind == "block_tool"})
-    messages = prompts.replan_messages(s.task, _tools_text(ctx.registry), name=sub.name, subgoal=sub.task,
+    messages = prompts.replan_messages(s.task, ctx.registry.describe(), name=sub.name, subgoal=sub.task,
                                        reason=reason, blocked=blocked)
     reply = ep.run.call(Role.PLANNER, messages, schema=prompts.Replanned, max_tokens=256)
     value = reply.value if reply is not None else None
@@ -510,16 +470,15 @@ def _replan(ep: Episode, s: PlanState, tree: GoalTree, unit: Unit, reason: str, 
     return True
 
 
-def _overall(s: PlanState, judged: bool) -> Stop:
-    """PASSED when every sub-goal passed an objective check, or every one answered and the request's validator
-    (`judged`) accepted the plan's answer; ANSWERED_UNVERIFIED when every one answered; else the spent budget's
-    reason, or the worst failed sub-goal's."""
+def _overall(s: PlanState) -> Stop:
+    """PASSED when every sub-goal passed an objective check; ANSWERED_UNVERIFIED when every one answered;
+    else the spent budget's reason, or the worst failed sub-goal's."""
     statuses = {u.status for u in s.units}
     skipped = [u.name for u in s.units if u.status == "skipped"]
     left = [u.name for u in s.units if u.status == "pending"]
     if s.budget_stop is not None:
         return Stop(s.budget_stop, f"budget spent; not finished: {', '.join(left) or 'none'}")
-    if statuses <= {"passed"} or (statuses <= set(DONE) and judged and s.units[-1].status == "passed"):
+    if statuses <= {"passed"}:
         return Stop(StopReason.PASSED)
     if statuses <= set(DONE):
         return Stop(StopReason.ANSWERED_UNVERIFIED)
