@@ -240,6 +240,30 @@ def test_a_column_of_another_table_joins_it_on_their_key(shop, tmp_path):
     assert unrelated.suggestion == {"sql": "SELECT count(*) FROM tray WHERE colour = 'red'"}
 
 
+def test_a_column_behind_a_qualifier_that_lacks_it_is_requalified_by_its_one_owner(tmp_path):
+    """hv.kg_yield (no alias hv) and b.kg (b is bed, which has no kg) both mean the one table the query reads
+    that has the column: repaired by rule, as the query names that table. A column two read tables have is
+    named with both, unrepaired."""
+    import sqlite3
+
+    db = tmp_path / "beds.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE bed (bed_ref TEXT PRIMARY KEY, zone TEXT)")
+        conn.execute("CREATE TABLE crop (crop_no INTEGER PRIMARY KEY, bed_ref TEXT, kg REAL, zone TEXT)")
+        conn.executemany("INSERT INTO bed VALUES (?, ?)", [("B1", "north"), ("B2", "south")])
+        conn.executemany("INSERT INTO crop VALUES (?, ?, ?, ?)", [(1, "B1", 2.5, "n"), (2, "B2", 4.0, "s")])
+    conn.close()
+    session = ToolSession(ToolRegistry(sql_tools(db)))
+    unknown = session.call("query", {"sql": "SELECT sum(hv.kg) FROM bed JOIN crop ON bed.bed_ref = crop.bed_ref "
+                                            "WHERE bed.zone = 'north'"})
+    assert "no table or alias hv of this query has kg: write crop.kg" in unknown.message
+    assert session.call("query", unknown.suggestion).output.splitlines() == ["sum(crop.kg)", "2.5"]
+    wrong = session.call("query", {"sql": "SELECT sum(b.kg) FROM bed b JOIN crop c ON b.bed_ref = c.bed_ref"})
+    assert wrong.suggestion == {"sql": "SELECT sum(c.kg) FROM bed b JOIN crop c ON b.bed_ref = c.bed_ref"}
+    both = session.call("query", {"sql": "SELECT x.zone FROM bed b JOIN crop c ON b.bed_ref = c.bed_ref"})
+    assert "write b.zone or c.zone" in both.message and both.suggestion is None
+
+
 def test_an_ambiguous_column_is_qualified_by_the_first_table_the_query_reads(shop):
     session = ToolSession(ToolRegistry(sql_tools(shop)))
     sql = ("SELECT id, count(*) FROM orders JOIN refunds ON refunds.order_id = orders.id GROUP BY id "

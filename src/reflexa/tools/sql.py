@@ -101,14 +101,22 @@ class Database:
         """A failed statement as a tool error that names a close match, or what exists."""
         message, suggestion = str(exc), None
         if match := re.search(r"no such (column|table): ([\w.]+)", message):
-            kind, wrong = match.groups()
-            wrong = wrong.split(".")[-1]
+            kind, named = match.groups()
+            qualifier, _, wrong = named.rpartition(".")
             pool, label = self.columns_read(conn, sql) if kind == "column" else (self.tables(conn), "tables")
             close = _one_close_match(wrong, pool)
             repaired = re.sub(rf"\b{re.escape(wrong)}\b", close, sql) if close else sql
             elsewhere = [] if close or kind != "column" else difflib.get_close_matches(
                 wrong, self.columns_read(conn, "")[0], n=1, cutoff=0.6)
-            if kind == "column" and (moved := self.other_table(conn, wrong, sql)) is not None:
+            if kind == "column" and qualifier and (owners := self.owners(conn, wrong, sql)):
+                # A column of a table the query reads, behind a qualifier that names no table or alias holding
+                # it (hv.kg_yield, tgt.scope_cd): one owner says which it is.
+                refs = " or ".join(f"{ref}.{wrong}" for ref in owners)
+                message += f" (no table or alias {qualifier} of this query has {wrong}: write {refs})"
+                if len(owners) == 1:
+                    bad = rf"(?<![\w.\"`]){re.escape(qualifier)}\.{re.escape(wrong)}\b"
+                    suggestion = {"sql": re.sub(bad, f"{owners[0]}.{wrong}", sql, flags=re.IGNORECASE)}
+            elif kind == "column" and (moved := self.other_table(conn, wrong, sql)) is not None:
                 table, rewritten = moved
                 message += f" ({wrong} is a column of {table}; columns of {table}: " \
                            f"{', '.join(self.columns(conn, table)[:40])})"
@@ -117,7 +125,7 @@ class Database:
                 suggestion = {"sql": repaired}
                 message += f" (did you mean {close}?)"
             elif close or elsewhere:  # the name exists (in another table, or behind a wrong alias): no rewrite
-                message += f" ({(close or elsewhere)[0]} is a {kind} of another table, or needs its table's name or " \
+                message += f" ({close or elsewhere[0]} is a {kind} of another table, or needs its table's name or " \
                            f"alias; {label}: {', '.join(pool[:40])})"
             else:  # no close match: name what exists, so the next step need not guess
                 message += f" ({label}: {', '.join(pool[:40])})"
@@ -133,6 +141,16 @@ class Database:
         elif "misuse of aggregate" in message:
             message += " (an aggregate such as count() beside other columns needs GROUP BY those columns)"
         return ToolError(sqlite_error_code(exc), message, suggestion=suggestion)
+
+    def owners(self, conn: sqlite3.Connection, column: str, sql: str) -> list[str]:
+        """How the query names each table it reads that has `column`: its alias, else its name."""
+        known = {t.lower(): t for t in self.tables(conn)}
+        found = []
+        for table, alias in READ_TABLE.findall(sql):
+            if (name := known.get(table.lower())) is not None and column.lower() in {
+                    c.lower() for c in self.columns(conn, name)}:
+                found.append(alias or name)
+        return list(dict.fromkeys(found))
 
     def other_table(self, conn: sqlite3.Connection, column: str, sql: str) -> tuple[str, str | None] | None:
         """The one table that has `column` when the query reads another: its name, and the query rewritten
@@ -328,8 +346,11 @@ error and left to the agent."""
 CLOSE_MARGIN = 0.1
 
 
-FIRST_TABLE = re.compile(r"\bFROM\s+[\"`\[]?(\w+)[\"`\]]?(?:\s+(?:AS\s+)?(?!(?:JOIN|INNER|LEFT|RIGHT|CROSS|"
-                         r"NATURAL|WHERE|GROUP|ORDER|LIMIT|ON|USING|HAVING|UNION)\b)(\w+))?", re.IGNORECASE)
+_TABLE_AND_ALIAS = (r"\s+[\"`\[]?(\w+)[\"`\]]?(?:\s+(?:AS\s+)?(?!(?:JOIN|INNER|LEFT|RIGHT|CROSS|NATURAL|WHERE|GROUP|"
+                    r"ORDER|LIMIT|ON|USING|HAVING|UNION)\b)(\w+))?")
+FIRST_TABLE = re.compile(r"\bFROM" + _TABLE_AND_ALIAS, re.IGNORECASE)
+READ_TABLE = re.compile(r"\b(?:FROM|JOIN)" + _TABLE_AND_ALIAS, re.IGNORECASE)
+"""A table a query reads, and its alias if it has one."""
 
 
 def _qualified(sql: str, column: str) -> str | None:
