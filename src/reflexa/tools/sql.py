@@ -346,11 +346,12 @@ error and left to the agent."""
 CLOSE_MARGIN = 0.1
 
 
-_TABLE_AND_ALIAS = (r"\s+[\"`\[]?(\w+)[\"`\]]?(?:\s+(?:AS\s+)?(?!(?:JOIN|INNER|LEFT|RIGHT|CROSS|NATURAL|WHERE|GROUP|"
-                    r"ORDER|LIMIT|ON|USING|HAVING|UNION)\b)(\w+))?")
-FIRST_TABLE = re.compile(r"\bFROM" + _TABLE_AND_ALIAS, re.IGNORECASE)
-READ_TABLE = re.compile(r"\b(?:FROM|JOIN)" + _TABLE_AND_ALIAS, re.IGNORECASE)
-"""A table a query reads, and its alias if it has one."""
+_ALIAS = (r"[\"`\]]?(?:\s+(?:AS\s+)?(?!(?:JOIN|INNER|LEFT|RIGHT|CROSS|NATURAL|WHERE|GROUP|ORDER|LIMIT|ON|USING|"
+          r"HAVING|UNION)\b)(\w+))?")
+"""What may follow a table's name in a query: its closing quote, then its alias (a word no clause starts with)."""
+FIRST_TABLE = re.compile(r"\bFROM\s+[\"`\[]?(\w+)" + _ALIAS, re.IGNORECASE)
+READ_TABLE = re.compile(TABLES_NAMED.pattern + _ALIAS, re.IGNORECASE)
+"""A table a query reads (as TABLES_NAMED finds it), and its alias if it has one."""
 
 
 def _qualified(sql: str, column: str) -> str | None:
