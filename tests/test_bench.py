@@ -433,3 +433,23 @@ def test_rescore_scores_stored_answers_on_another_datasets_score_and_resumes(tmp
     assert len(out.read_text().splitlines()) == 2
     rows.write_text(rows.read_text().replace("return 4", "return 2 * x"))  # a rescore would now pass it
     assert "| fits | 1 | 1 | 0 | 1 |" in run("bench/rescore.py", str(rows), str(data), str(out))
+
+
+def test_readme_examples_script_runs_the_readme_s_loop_lines_as_written_and_resumes(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import readme_examples
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    lines = readme_examples.examples(ROOT / "README.md")
+    assert {line.split()[1] for line in lines} == set(readme_examples.LOOPS)
+    assert all(line.startswith("reflexa ") for line in lines)
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([
+        {"action": {"thought": "count them", "tool": "query", "args": {"sql": "SELECT count(*) FROM orders"}}},
+        {"action": {"thought": "answer", "tool": "final_answer", "args": {"answer": "400"}}}]))
+    args = ("bench/readme_examples.py", "--only", "trials", "--model", f"scripted:{replies}", "--out", str(tmp_path))
+    assert "PASSED (exit 0" in run(*args)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["stop_reason"], r["exit"], r["answer"]) for r in rows] == [("PASSED", 0, "400")]
+    assert run(*args) == "" and len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1
