@@ -31,11 +31,11 @@ SECONDS = 1800
 
 
 def examples(readme: Path) -> list[str]:
-    """The README's loop command lines, in order: continuation lines joined, trailing comments cut."""
+    """The README's loop command lines, in order: continuation lines joined, comments left out."""
     found = []
     for block in re.findall(r"```sh\n(.*?)```", readme.read_text(encoding="utf-8"), re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            words = shlex.split(line.split("  #")[0], comments=True)
+            words = shlex.split(line, comments=True)
             if len(words) > 1 and words[0] == "reflexa" and words[1] in LOOPS:
                 found.append(shlex.join(words))
     return found
