@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+from _common import RESULTS, ROOT, append_row, load_shop, read_rows
+
 LOOPS = ("refine", "react", "trials", "research", "plan")
 SECONDS = 1800
 """One example's wall-clock bound: a run past it is recorded as timed out, not waited on."""
@@ -57,10 +57,10 @@ def run(command: str, workdir: Path, trace: Path, model: str | None = None) -> d
     except json.JSONDecodeError:
         return {"command": command, "exit": done.returncode, "stop_reason": None, "seconds": seconds,
                 "error": (done.stderr or done.stdout)[-500:]}
+    usage = result.get("total_usage") or {}
     return {"command": command, "exit": done.returncode, "stop_reason": result.get("stop_reason"),
             "answer": (result.get("best") or result.get("output") or "")[:300],
-            "tokens": (result.get("total_usage") or {}).get("input_tokens", 0)
-            + (result.get("total_usage") or {}).get("output_tokens", 0),
+            "tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
             "seconds": seconds, "run_id": result.get("run_id")}
 
 
@@ -68,21 +68,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=LOOPS, help="Only the lines of this command.")
     parser.add_argument("--model", help="A model spec for every example instead of each loop's default.")
-    parser.add_argument("--out", type=Path, default=BENCH / "results" / "readme", help="Where rows.jsonl goes.")
+    parser.add_argument("--out", type=Path, default=RESULTS / "readme", help="Where rows.jsonl goes.")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)  # the trace store goes there before the first row does
     rows_file = args.out / "rows.jsonl"
-    done = {json.loads(line)["command"] for line in rows_file.read_text().splitlines()} if rows_file.exists() else set()
+    done = {row["command"] for row in read_rows(rows_file)}
     todo = [c for c in examples(ROOT / "README.md") if c not in done and (not args.only or c.split()[1] == args.only)]
     with tempfile.TemporaryDirectory(prefix="reflexa-readme-") as tmp:
         workdir = Path(tmp)
         shutil.copytree(ROOT / "examples", workdir / "examples")
-        subprocess.run([sys.executable, "examples/shop/make_shop.py", "shop.sqlite"], cwd=workdir, check=True,
-                       capture_output=True)
+        load_shop(workdir / "shop.sqlite")
         for command in todo:
             row = run(command, workdir, args.out.resolve() / "traces.db", args.model)
-            with rows_file.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            append_row(rows_file, row)
             print(f"{row['stop_reason']} (exit {row['exit']}, {row.get('tokens', '-')} tokens, {row['seconds']} s): "
                   f"{command}", flush=True)
 
